@@ -1,0 +1,16 @@
+"""vrgd_tf: variance reduced gradient descent (VRGD) driven by the gradient signal-to-noise
+ratio (GSNR), for large-batch data-parallel training with TensorFlow.
+
+Keras 3 optimizers: :class:`VRGDSGD`, :class:`VRGDAdam`, :class:`VRGDLars`,
+:class:`VRGDLamb`, and :func:`make_vrgd_optimizer` for any other Keras optimizer class.
+The GSNR statistics live in :mod:`vrgd_tf.gsnr`. The tf_keras family for TF Model Garden
+lives in :mod:`vrgd_tf.tf_keras`.
+"""
+
+from vrgd_tf.optimizers import (Lamb, Lars, VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
+                                make_vrgd_optimizer)
+
+__version__ = "0.1.0"
+
+__all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
+           "make_vrgd_optimizer"]

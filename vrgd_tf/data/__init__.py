@@ -1,0 +1,1 @@
+"""Real-data preparation for vrgd_tf (TFRecords in TF Model Garden formats)."""

@@ -1,0 +1,352 @@
+"""GSNR statistics across replicas and the VRGD factor: the only place this math lives.
+
+Every VRGD optimizer, Keras 3 (:mod:`vrgd_tf.optimizers`) and tf_keras
+(:mod:`vrgd_tf.tf_keras`), calls :func:`variance_reduce` in the replica context, in place
+of the plain cross-replica SUM of the gradients, and hands the result to its unchanged base
+update rule.
+
+Source: G. Jiang et al., "Accelerating Large Batch Training via Gradient Signal to Noise Ratio
+(GSNR)", arXiv 2309.13681, Algorithm 1 and eqs. 7 to 10; GSNR as in J. Liu et al., ICLR 2020,
+eq. 2. The project's specification is ``shared/design/VRGD.md``.
+
+Per trainable variable, with ``x_d`` the gradient that replica ``d`` of ``k`` hands the
+optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for some unknown
+``c``) and one all-reduce of ``[x, x * x]`` giving ``S1 = sum_d x_d`` and ``S2 = sum_d x_d**2``:
+
+    mean    m   = S1 / k
+    var     s2  = S2 / k - m**2                       (biased, over replicas, element-wise)
+    GSNR    r   = m**2 / s2  = S1**2 / (k * S2 - S1**2)   (eq. 7; ``c`` cancels)
+    factor  f   = clip(r / mean(r), gamma, 1)             (eqs. 8, 9)
+    output  u   = f * S1                                  (eq. 10: S1 is the base gradient)
+
+With ``beta_3 > 0`` the factor is smoothed per element before use (paper Section 4.2 for
+VR-Adam/VR-LAMB; the formula is *our reading* of the text):
+
+    p_t = beta_3 * p_{t-1} + (1 - beta_3) * f_t,   p_hat_t = p_t / (1 - beta_3**t),
+    u   = p_hat_t * S1.
+
+The state is kept as the *deficit* ``d_t = (1 - beta_3**t) - p_t`` and the bias-correction
+denominator ``c_t = 1 - beta_3**t`` (itself the EMA of a constant 1), so that
+``p_hat_t = 1 - d_t / c_t``. This is algebraically the formula above, but gives exactly 1 (not
+1 - 1 ulp) whenever every factor so far was 1, so a run without a noise estimate reproduces the
+base optimizer bit for bit.
+
+Undefined statistics (spec section 2, *our reading* where marked) give factor 1:
+
+* ``k == 1``: no noise estimate; the gradients pass through unchanged (a warning is logged
+  once by the caller).
+* Elements whose variance is not resolvable in float32, i.e.
+  ``s2 <= NOISE_RTOL * k * mean(x**2)`` (this includes identical gradients on every replica
+  and all-zero gradients), or whose statistics are not finite (overflow of the squares, or
+  a NaN/Inf gradient): infinite or unknown GSNR, so factor 1, and they are left out of
+  ``mean(r)``. ``NOISE_RTOL * k`` bounds the float32 cancellation error of
+  ``S2 / k - (S1 / k)**2`` relative to ``S2 / k`` (*our reading*).
+* A variable with no defined element, or whose ``mean(r)`` is 0 or not finite: factor 1.
+
+All arithmetic is float32 whatever the variable dtype; the result has the gradient's dtype.
+Nothing here branches in Python on tensor values, and the only collective is one
+``ReplicaContext.all_reduce`` call outside any ``tf.cond``, so the step compiles with XLA and
+runs under ``TPUStrategy``.
+"""
+
+import dataclasses
+import logging
+import numbers
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from vrgd_tf import naming
+
+__all__ = [
+    "NOISE_RTOL",
+    "GSNRStatistics",
+    "VRGDState",
+    "dense_gradient",
+    "gsnr_factor",
+    "smooth_factor",
+    "variance_reduce",
+    "validate_gamma",
+    "validate_beta_3",
+]
+
+_LOG = logging.getLogger("vrgd_tf")
+
+#: Relative threshold, per replica, below which the variance across replicas counts as zero:
+#: an element is "noise free" when ``s2 <= NOISE_RTOL * k * mean(x**2)``. 16 float32 ulps
+#: per summed replica.
+NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
+
+#: Number of diagnostics kept per variable, see :class:`GSNRStatistics`.
+NUM_STATISTICS = 3
+
+
+def validate_gamma(gamma):
+    """Checks ``gamma``, the lower bound of the VRGD factor (spec section 2, eq. 9).
+
+    Args:
+      gamma: Python number in (0, 1].
+
+    Returns:
+      ``gamma`` as a Python float.
+
+    Raises:
+      TypeError: ``gamma`` is not a real number.
+      ValueError: ``gamma`` is outside (0, 1].
+    """
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"`gamma` must be a float in (0, 1]; got {gamma!r} of type "
+                        f"{type(gamma).__name__}.")
+    gamma = float(gamma)
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"`gamma` must be in (0, 1]; got {gamma}.")
+    return gamma
+
+
+def validate_beta_3(beta_3):
+    """Checks ``beta_3``, the decay of the VRGD factor's momentum (spec section 3).
+
+    Args:
+      beta_3: Python number in [0, 1). 0 means the raw per-step factor is used.
+
+    Returns:
+      ``beta_3`` as a Python float.
+
+    Raises:
+      TypeError: ``beta_3`` is not a real number.
+      ValueError: ``beta_3`` is outside [0, 1).
+    """
+    if isinstance(beta_3, bool) or not isinstance(beta_3, numbers.Real):
+        raise TypeError(f"`beta_3` must be a float in [0, 1); got {beta_3!r} of type "
+                        f"{type(beta_3).__name__}.")
+    beta_3 = float(beta_3)
+    if not 0.0 <= beta_3 < 1.0:
+        raise ValueError(f"`beta_3` must be in [0, 1); got {beta_3}.")
+    return beta_3
+
+
+@dataclasses.dataclass(frozen=True)
+class GSNRStatistics:
+    """Per-variable diagnostics of one step, all float32 scalars (shape ``[]``).
+
+    Attributes:
+      mean_gsnr: mean of the GSNR ``r`` over the elements where it is defined; 0 if none is.
+      frac_at_gamma: fraction of all elements whose factor is clipped at ``gamma``.
+      frac_at_one: fraction of all elements whose factor is exactly 1 (clipped at 1, or
+        undefined statistic).
+    """
+
+    mean_gsnr: tf.Tensor
+    frac_at_gamma: tf.Tensor
+    frac_at_one: tf.Tensor
+
+    def stack(self) -> tf.Tensor:
+        """Returns the three values as a float32 tensor of shape ``[3]``."""
+        return tf.stack([self.mean_gsnr, self.frac_at_gamma, self.frac_at_one])
+
+
+def dense_gradient(grad) -> tf.Tensor:
+    """Returns ``grad`` as a dense tensor; ``tf.IndexedSlices`` rows with equal indices are summed.
+
+    The square of a sum is not the sum of squares (spec section 4), so sparse gradients are
+    densified before squaring.
+
+    Args:
+      grad: ``tf.Tensor`` or ``tf.IndexedSlices`` with a static dense shape.
+
+    Returns:
+      A ``tf.Tensor`` of the dense shape and the gradient's dtype.
+    """
+    if isinstance(grad, tf.IndexedSlices):
+        num_rows = grad.dense_shape[0] if grad.dense_shape is not None else None
+        if num_rows is None:
+            raise ValueError("A sparse gradient needs a `dense_shape` to be made dense.")
+        return tf.math.unsorted_segment_sum(grad.values, grad.indices, num_rows)
+    return tf.convert_to_tensor(grad)
+
+
+def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
+                gamma: float) -> Tuple[tf.Tensor, GSNRStatistics]:
+    """The VRGD factor of one variable from its cross-replica sums (eqs. 7 to 9).
+
+    Pure element-wise math, no collective: usable inside ``tf.function(jit_compile=True)``.
+
+    Args:
+      s1: float32 tensor, any shape: ``sum_d x_d`` over the ``num_replicas`` replicas.
+      s2: float32 tensor, same shape: ``sum_d x_d**2``.
+      num_replicas: Python int >= 2, the number ``k`` of replicas summed.
+      gamma: Python float in (0, 1], the lower bound of the factor.
+
+    Returns:
+      ``(factor, stats)``: ``factor`` is float32 of the shape of ``s1``, with values in
+      ``[gamma, 1]`` and exactly 1 wherever the GSNR is undefined; ``stats`` is a
+      :class:`GSNRStatistics`.
+    """
+    k = float(num_replicas)
+    mean = s1 / k
+    mean_sq = s2 / k
+    variance = mean_sq - tf.square(mean)
+    finite = tf.math.is_finite(mean) & tf.math.is_finite(mean_sq)
+    defined = finite & (variance > (NOISE_RTOL * k) * mean_sq)
+    # Where undefined, divide by 1 instead, so no Inf or NaN is ever formed.
+    safe_variance = tf.where(defined, variance, tf.ones_like(variance))
+    ratio = tf.where(defined, tf.square(mean) / safe_variance, tf.zeros_like(variance))
+
+    defined_f = tf.cast(defined, tf.float32)
+    num_defined = tf.reduce_sum(defined_f)
+    mean_ratio = tf.math.divide_no_nan(tf.reduce_sum(ratio), num_defined)
+    usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
+    safe_mean_ratio = tf.where(usable, mean_ratio, tf.ones_like(mean_ratio))
+
+    normalised = ratio / safe_mean_ratio
+    clipped = tf.clip_by_value(normalised, gamma, 1.0)
+    use = defined & usable
+    factor = tf.where(use, clipped, tf.ones_like(clipped))
+
+    size = tf.cast(tf.size(factor), tf.float32)
+    at_gamma = use & (normalised <= gamma) if gamma < 1.0 else tf.zeros_like(use)
+    stats = GSNRStatistics(
+        mean_gsnr=mean_ratio,
+        frac_at_gamma=tf.math.divide_no_nan(
+            tf.reduce_sum(tf.cast(at_gamma, tf.float32)), size),
+        frac_at_one=tf.math.divide_no_nan(
+            tf.reduce_sum(tf.cast(factor >= 1.0, tf.float32)), size),
+    )
+    return factor, stats
+
+
+def smooth_factor(factor: tf.Tensor, deficit, correction, beta_3: float,
+                  gamma: float) -> tf.Tensor:
+    """Advances the factor momentum and returns the bias-corrected factor ``p_hat``.
+
+    Implements ``p_t = beta_3 p_{t-1} + (1 - beta_3) f_t``, ``p_hat = p_t / (1 - beta_3**t)``
+    (spec section 3, *our reading*) in the deficit form described in the module docstring.
+    Runs in the replica context and writes only replica-local state.
+
+    Args:
+      factor: float32 tensor ``f_t``, values in [gamma, 1].
+      deficit: float32 variable of the same shape, ``d_{t-1}``; assigned ``d_t``.
+      correction: float32 scalar variable ``c_{t-1} = 1 - beta_3**(t-1)``; assigned ``c_t``.
+      beta_3: Python float in (0, 1).
+      gamma: Python float in (0, 1], the lower bound of ``factor``.
+
+    Returns:
+      float32 tensor ``p_hat_t``, same shape as ``factor``, values in [gamma, 1].
+    """
+    new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
+    new_correction = beta_3 * correction + (1.0 - beta_3)
+    deficit.assign(new_deficit)
+    correction.assign(new_correction)
+    p_hat = 1.0 - new_deficit / new_correction
+    # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
+    return tf.clip_by_value(p_hat, gamma, 1.0)
+
+
+class VRGDState:
+    """The per-variable state of VRGD, created once by the optimizer's ``build``.
+
+    Per trainable variable: ``deficit`` (float32, the variable's shape; only if
+    ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
+    ``statistics`` (float32, shape ``[3]``: see :class:`GSNRStatistics`).
+
+    All of them are replica-local (``synchronization=ON_READ``,
+    ``aggregation=ONLY_FIRST_REPLICA``): every replica computes the same values from the
+    same all-reduced sums and writes its own copy in the replica context, with no merge call
+    or extra communication. Reads in the cross-replica context and checkpoints take the
+    first replica's copy; a restore writes every copy.
+
+    Args:
+      make_variable: ``fn(name, shape, reference_variable) -> variable`` that creates a
+        float32, zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable
+        tracked by the optimizer. Supplied by each optimizer family.
+      var_key: ``fn(variable) -> hashable`` identifying a trainable variable, the same key
+        the optimizer family uses for its slots.
+      variables: the trainable variables.
+      beta_3: Python float in [0, 1).
+    """
+
+    def __init__(self, make_variable: Callable, var_key: Callable,
+                 variables: Sequence, beta_3: float):
+        self._var_key = var_key
+        self._index = {}
+        self.deficits: List = []
+        self.corrections: List = []
+        self.statistics: List = []
+        self.variable_names: List[str] = []
+        for i, var in enumerate(variables):
+            self._index[var_key(var)] = i
+            name = naming.variable_name(var)
+            self.variable_names.append(name)
+            self.statistics.append(make_variable("vrgd_statistics", [NUM_STATISTICS], var))
+            if beta_3 > 0.0:
+                self.deficits.append(make_variable("vrgd_deficit", var.shape, var))
+                self.corrections.append(make_variable("vrgd_correction", [], var))
+
+    def index(self, variable) -> int:
+        """Position of ``variable`` in the lists of state; KeyError if unknown."""
+        return self._index[self._var_key(variable)]
+
+    def state_variables(self) -> List:
+        """All state variables, in a fixed order."""
+        return list(self.statistics) + list(self.deficits) + list(self.corrections)
+
+
+def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_3: float,
+                    state: Optional[VRGDState],
+                    replica_context: Optional[tf.distribute.ReplicaContext] = None,
+                    warn_single_replica: Optional[Callable[[], None]] = None) -> List:
+    """All-reduces gradients with their squares and returns the variance-reduced gradients.
+
+    Call in the replica context, where the base optimizer would all-reduce (SUM) its
+    gradients. With ``k`` replicas in sync it makes exactly one
+    ``replica_context.all_reduce(SUM, ...)`` call over the ``2 n`` float32 tensors
+    ``[x_1 .. x_n, x_1**2 .. x_n**2]``, computes the factor of every variable
+    (:func:`gsnr_factor`), smooths it if ``beta_3 > 0`` (:func:`smooth_factor`), records the
+    diagnostics in ``state`` and returns ``u = factor * S1``.
+
+    Args:
+      grads: list of ``n`` per-replica gradients, ``tf.Tensor`` or ``tf.IndexedSlices``
+        (made dense, see :func:`dense_gradient`), any float dtype, none of them None.
+      variables: the ``n`` matching trainable variables.
+      gamma: Python float in (0, 1].
+      beta_3: Python float in [0, 1).
+      state: the optimizer's :class:`VRGDState` (may be None only if ``k == 1``).
+      replica_context: defaults to ``tf.distribute.get_replica_context()``.
+      warn_single_replica: called (at trace time) when ``k == 1``.
+
+    Returns:
+      List of ``n`` dense tensors, each of its gradient's dtype and dense shape: the SUM over
+      replicas (``k == 1``: the gradients themselves, unchanged) multiplied by the factor.
+
+    Raises:
+      RuntimeError: called in a cross-replica context.
+    """
+    ctx = replica_context or tf.distribute.get_replica_context()
+    if ctx is None:
+        raise RuntimeError("vrgd_tf.gsnr.variance_reduce must be called in a replica context "
+                           "(inside `strategy.run` or `model.fit`), not in a cross-replica "
+                           "context.")
+    grads = list(grads)
+    k = ctx.num_replicas_in_sync
+    if k == 1:
+        if warn_single_replica is not None:
+            warn_single_replica()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if grads else []
+    if not grads:
+        return []
+    dense = [dense_gradient(g) for g in grads]
+    x32 = [tf.cast(g, tf.float32) for g in dense]
+    sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, x32 + [tf.square(x) for x in x32])
+    n = len(x32)
+    outputs = []
+    for i, (grad, var) in enumerate(zip(dense, variables)):
+        s1, s2 = sums[i], sums[n + i]
+        factor, stats = gsnr_factor(s1, s2, k, gamma)
+        j = state.index(var)
+        if beta_3 > 0.0:
+            factor = smooth_factor(factor, state.deficits[j], state.corrections[j], beta_3,
+                                   gamma)
+        state.statistics[j].assign(stats.stack())
+        outputs.append(tf.cast(factor * s1, grad.dtype))
+    return outputs

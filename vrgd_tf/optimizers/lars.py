@@ -1,0 +1,110 @@
+"""LARS for Keras 3, numerically the same as Model Garden's ``official.modeling.optimization.lars.LARS``.
+
+You, Gitman and Ginsburg, "Large Batch Training of Convolutional Networks", arXiv 1708.03888:
+L2 weight decay added to the gradient, then a per-variable trust ratio
+``eeta * ||w|| / ||g + wd * w||`` scaling the learning rate ("classic" momentum, the MLPerf
+reference), or ``eeta * ||w|| / ||momentum update||`` with ``classic_momentum=False``.
+"""
+
+import keras
+from keras import ops
+
+from vrgd_tf import validation
+from vrgd_tf.naming import matches_any, variable_name
+from vrgd_tf.optimizers.lamb import trust_ratio
+
+__all__ = ["Lars"]
+
+
+@keras.saving.register_keras_serializable(package="vrgd_tf")
+class Lars(keras.optimizers.Optimizer):
+    """Layer-wise Adaptive Rate Scaling (LARS), Model Garden's formulation, for Keras 3.
+
+    Args:
+      learning_rate: float >= 0, tensor or schedule. Default 0.01.
+      momentum: float >= 0. Default 0.9.
+      weight_decay_rate: float >= 0, L2 weight decay added to the gradient. Default 0.
+      eeta: float >= 0, the LARS coefficient. Default 0.001.
+      nesterov: bool, Nesterov momentum. Default False.
+      classic_momentum: bool; True applies the learning rate and trust ratio inside the
+        momentum update (MLPerf reference), False after it. Default True.
+      exclude_from_weight_decay: None or list of regex strings matched against
+        ``variable.path``; matching variables get no weight decay.
+      exclude_from_layer_adaptation: None or list of regex strings; matching variables get
+        trust ratio 1. None means the same list as ``exclude_from_weight_decay``.
+      name: string. Default ``"LARS"``.
+      **kwargs: the Keras 3 optimizer base arguments.
+
+    Raises:
+      ValueError, TypeError: an argument outside the range given above.
+    """
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
+                 nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, name="LARS", **kwargs):
+        validation.check_non_negative("learning_rate", learning_rate)
+        validation.check_non_negative("momentum", momentum)
+        validation.check_non_negative("weight_decay_rate", weight_decay_rate)
+        validation.check_non_negative("eeta", eeta)
+        exclude_from_weight_decay = validation.check_exclusion_list(
+            "exclude_from_weight_decay", exclude_from_weight_decay)
+        exclude_from_layer_adaptation = validation.check_exclusion_list(
+            "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.momentum = momentum
+        self.weight_decay_rate = weight_decay_rate
+        self.eeta = eeta
+        self.nesterov = bool(nesterov)
+        self.classic_momentum = bool(classic_momentum)
+        self.exclude_from_weight_decay = exclude_from_weight_decay
+        self._explicit_layer_adaptation = exclude_from_layer_adaptation
+        self.exclude_from_layer_adaptation = (exclude_from_layer_adaptation
+                                              or exclude_from_weight_decay)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums = self.add_optimizer_variables(var_list, "momentum")
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        grad = ops.cast(gradient, dtype)
+        momentum = ops.cast(self.momentum, dtype)
+        eeta = ops.cast(self.eeta, dtype)
+        v = self._momentums[self._get_variable_index(variable)]
+        name = variable_name(variable)
+        adapt = not matches_any(self.exclude_from_layer_adaptation, name)
+
+        if self.weight_decay_rate and not matches_any(self.exclude_from_weight_decay, name):
+            grad = grad + ops.cast(self.weight_decay_rate, dtype) * variable
+        w_norm = ops.norm(ops.reshape(variable, [-1]))
+        if self.classic_momentum:
+            ratio = (trust_ratio(w_norm, ops.norm(ops.reshape(grad, [-1])), eeta)
+                     if adapt else 1.0)
+            scaled_lr = lr * ratio
+            next_v = momentum * v + scaled_lr * grad
+            update = momentum * next_v + scaled_lr * grad if self.nesterov else next_v
+            next_param = variable - update
+        else:
+            next_v = momentum * v + grad
+            update = momentum * next_v + grad if self.nesterov else next_v
+            ratio = (trust_ratio(w_norm, ops.norm(ops.reshape(update, [-1])), eeta)
+                     if adapt else 1.0)
+            next_param = variable - (ratio * lr) * update
+        self.assign(variable, next_param)
+        self.assign(v, next_v)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "momentum": self.momentum,
+            "weight_decay_rate": self.weight_decay_rate,
+            "eeta": self.eeta,
+            "nesterov": self.nesterov,
+            "classic_momentum": self.classic_momentum,
+            "exclude_from_weight_decay": self.exclude_from_weight_decay,
+            "exclude_from_layer_adaptation": self._explicit_layer_adaptation,
+        })
+        return config
