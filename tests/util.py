@@ -17,11 +17,10 @@ def strategy_for(k):
 
 def replica_values(var):
     """Numpy copies of every replica's component of a (possibly Keras-wrapped) variable."""
-    v = getattr(var, "value", var)
-    if hasattr(v, "values") and isinstance(v.values, tuple):
+    import keras
+    v = var.value if isinstance(var, keras.Variable) else var
+    if isinstance(v, tf.distribute.DistributedValues):
         return [np.array(x.numpy()) for x in v.values]
-    if hasattr(v, "_values"):
-        return [np.array(x.numpy()) for x in v._values]
     return [np.array(v.numpy())]
 
 

@@ -216,8 +216,8 @@ def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
     return factor, stats
 
 
-def smooth_factor(factor: tf.Tensor, deficit, correction, beta_3: float,
-                  gamma: float) -> tf.Tensor:
+def smooth_factor(factor: tf.Tensor, deficit, correction, beta_3: float, gamma: float,
+                  commit=None) -> tf.Tensor:
     """Advances the factor momentum and returns the bias-corrected factor ``p_hat``.
 
     Implements ``p_t = beta_3 p_{t-1} + (1 - beta_3) f_t``, ``p_hat = p_t / (1 - beta_3**t)``
@@ -230,21 +230,30 @@ def smooth_factor(factor: tf.Tensor, deficit, correction, beta_3: float,
       correction: float32 scalar variable ``c_{t-1} = 1 - beta_3**(t-1)``; assigned ``c_t``.
       beta_3: Python float in (0, 1).
       gamma: Python float in (0, 1], the lower bound of ``factor``.
+      commit: None, or a boolean scalar tensor; where False the state keeps its old value
+        (a step that will be skipped must not advance the momentum).
 
     Returns:
       float32 tensor ``p_hat_t``, same shape as ``factor``, values in [gamma, 1].
     """
     new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
     new_correction = beta_3 * correction + (1.0 - beta_3)
-    deficit.assign(new_deficit)
-    correction.assign(new_correction)
+    _assign_if(deficit, new_deficit, commit)
+    _assign_if(correction, new_correction, commit)
     p_hat = 1.0 - new_deficit / new_correction
     # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
     return tf.clip_by_value(p_hat, gamma, 1.0)
 
 
+def _assign_if(variable, value, commit):
+    """``variable.assign(value)`` if ``commit`` (a boolean scalar tensor or None) holds."""
+    if commit is not None:
+        value = tf.where(commit, value, tf.convert_to_tensor(variable))
+    variable.assign(value)
+
+
 class VRGDState:
-    """The per-variable state of VRGD, created once by the optimizer's ``build``.
+    """The per-variable state of VRGD, created by the optimizer's ``build``.
 
     Per trainable variable: ``deficit`` (float32, the variable's shape; only if
     ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
@@ -257,39 +266,42 @@ class VRGDState:
     first replica's copy; a restore writes every copy.
 
     Args:
-      make_variable: ``fn(name, shape, reference_variable) -> variable`` that creates a
-        float32, zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable
-        tracked by the optimizer. Supplied by each optimizer family.
+      make_variable: ``fn(kind, index, shape, reference_variable) -> variable`` that creates
+        a float32, zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable
+        tracked by the optimizer; ``kind`` is ``"statistics"``, ``"deficit"`` or
+        ``"correction"`` and ``index`` the variable's position. Supplied by each family.
       var_key: ``fn(variable) -> hashable`` identifying a trainable variable, the same key
         the optimizer family uses for its slots.
-      variables: the trainable variables.
       beta_3: Python float in [0, 1).
     """
 
-    def __init__(self, make_variable: Callable, var_key: Callable,
-                 variables: Sequence, beta_3: float):
+    def __init__(self, make_variable: Callable, var_key: Callable, beta_3: float):
+        self._make_variable = make_variable
         self._var_key = var_key
+        self._beta_3 = beta_3
         self._index = {}
         self.deficits: List = []
         self.corrections: List = []
         self.statistics: List = []
         self.variable_names: List[str] = []
-        for i, var in enumerate(variables):
-            self._index[var_key(var)] = i
-            name = naming.variable_name(var)
-            self.variable_names.append(name)
-            self.statistics.append(make_variable("vrgd_statistics", [NUM_STATISTICS], var))
-            if beta_3 > 0.0:
-                self.deficits.append(make_variable("vrgd_deficit", var.shape, var))
-                self.corrections.append(make_variable("vrgd_correction", [], var))
+
+    def add_variables(self, variables: Sequence) -> None:
+        """Creates the state of the variables not seen before, in the given order."""
+        for var in variables:
+            key = self._var_key(var)
+            if key in self._index:
+                continue
+            i = len(self.variable_names)
+            self._index[key] = i
+            self.variable_names.append(naming.variable_name(var))
+            self.statistics.append(self._make_variable("statistics", i, [NUM_STATISTICS], var))
+            if self._beta_3 > 0.0:
+                self.deficits.append(self._make_variable("deficit", i, var.shape, var))
+                self.corrections.append(self._make_variable("correction", i, [], var))
 
     def index(self, variable) -> int:
         """Position of ``variable`` in the lists of state; KeyError if unknown."""
         return self._index[self._var_key(variable)]
-
-    def state_variables(self) -> List:
-        """All state variables, in a fixed order."""
-        return list(self.statistics) + list(self.deficits) + list(self.corrections)
 
 
 def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_3: float,
@@ -303,7 +315,9 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     ``replica_context.all_reduce(SUM, ...)`` call over the ``2 n`` float32 tensors
     ``[x_1 .. x_n, x_1**2 .. x_n**2]``, computes the factor of every variable
     (:func:`gsnr_factor`), smooths it if ``beta_3 > 0`` (:func:`smooth_factor`), records the
-    diagnostics in ``state`` and returns ``u = factor * S1``.
+    diagnostics in ``state`` and returns ``u = factor * S1``. If any summed gradient is not
+    finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
+    non-finite values pass through to the caller.
 
     Args:
       grads: list of ``n`` per-replica gradients, ``tf.Tensor`` or ``tf.IndexedSlices``
@@ -339,6 +353,10 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     x32 = [tf.cast(g, tf.float32) for g in dense]
     sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, x32 + [tf.square(x) for x in x32])
     n = len(x32)
+    # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
+    # all-reduced test on every replica keeps the VRGD state untouched on such a step.
+    all_finite = tf.reduce_all(tf.stack(
+        [tf.reduce_all(tf.math.is_finite(s)) for s in sums[:n]]))
     outputs = []
     for i, (grad, var) in enumerate(zip(dense, variables)):
         s1, s2 = sums[i], sums[n + i]
@@ -346,7 +364,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         j = state.index(var)
         if beta_3 > 0.0:
             factor = smooth_factor(factor, state.deficits[j], state.corrections[j], beta_3,
-                                   gamma)
-        state.statistics[j].assign(stats.stack())
+                                   gamma, commit=all_finite)
+        _assign_if(state.statistics[j], stats.stack(), all_finite)
         outputs.append(tf.cast(factor * s1, grad.dtype))
     return outputs

@@ -49,9 +49,10 @@ class _KerasVRGDMixin(common.VRGDCommon):
             return
         super().build(variables)
         self._vrgd_state = gsnr.VRGDState(self._vrgd_make_variable, self._var_key,
-                                          variables, self.beta_3)
+                                          self.beta_3)
+        self._vrgd_state.add_variables(variables)
 
-    def _vrgd_make_variable(self, name, shape, reference):
+    def _vrgd_make_variable(self, kind, index, shape, reference):
         colocate = reference.value if isinstance(reference, backend.Variable) else reference
         with self._distribution_strategy.extended.colocate_vars_with(colocate):
             with backend.name_scope(self.name, caller=self):
@@ -59,7 +60,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
                     initializer=keras.initializers.Zeros(), shape=tuple(shape),
                     dtype="float32", trainable=False, synchronization="on_read",
                     aggregation="only_first_replica",
-                    name=f"{name}_{reference.name.replace('/', '_').split(':')[0]}")
+                    name=f"vrgd_{kind}_{index}")
         self._track_variable(variable)
         return variable
 

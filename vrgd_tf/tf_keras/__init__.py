@@ -1,0 +1,156 @@
+"""VRGD optimizers for tf_keras (Keras 2), the Keras that TF Model Garden uses.
+
+Model Garden builds legacy optimizers (``tf_keras.optimizers.legacy``, i.e. ``OptimizerV2``)
+by default, so this family is built on them: ``VRGDSGD`` from ``legacy.SGD``, ``VRGDAdam``
+from ``legacy.Adam``, and ``VRGDLars``/``VRGDLamb`` from Model Garden's own
+``official.modeling.optimization.lars.LARS`` and ``lamb.LAMB``. The GSNR step
+(:func:`vrgd_tf.gsnr.variance_reduce`) replaces ``OptimizerV2._aggregate_gradients``, the
+override point that ``OptimizerV2`` documents for subclasses; the base update rules are
+untouched.
+
+Works inside ``tf_keras.mixed_precision.LossScaleOptimizer``: that wrapper calls
+``_aggregate_gradients`` on the unscaled gradients, and on a step with a non-finite
+gradient it skips the update while the VRGD state stays as it was.
+
+Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
+"""
+
+import inspect
+
+import tensorflow as tf
+import tf_keras
+from official.modeling.optimization import lamb as _mg_lamb
+from official.modeling.optimization import lars as _mg_lars
+from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
+
+from vrgd_tf import common
+from vrgd_tf import gsnr
+
+__all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
+
+_OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
+
+
+class _TfKerasVRGDMixin(common.VRGDCommon):
+    """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
+
+    _vrgd_default_beta_3 = 0.0
+
+    def __init__(self, *args, gamma=0.1, beta_3=None, **kwargs):
+        base = self._vrgd_base_class
+        gamma, beta_3 = self._vrgd_check(
+            gamma, self._vrgd_default_beta_3 if beta_3 is None else beta_3)
+        common.check_base_arguments(base, args, kwargs)
+        params = list(inspect.signature(base.__init__).parameters)
+        if "name" not in kwargs and ("name" not in params
+                                     or len(args) < params.index("name") - 1):
+            kwargs["name"] = type(self).__name__
+        super().__init__(*args, **kwargs)
+        self._vrgd_post_init(gamma, beta_3)
+
+    def _create_slots(self, var_list):
+        super()._create_slots(var_list)
+        if self._vrgd_state is None:
+            self._vrgd_state = gsnr.VRGDState(self._vrgd_make_variable, _var_key, self.beta_3)
+        self._vrgd_state.add_variables(var_list)
+
+    def _vrgd_make_variable(self, kind, index, shape, reference):
+        strategy = tf.distribute.get_strategy()
+        with strategy.extended.colocate_vars_with(reference):
+            return self.add_weight(
+                name=f"vrgd_{kind}_{index}", shape=shape, dtype=tf.float32,
+                initializer="zeros", trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def _aggregate_gradients(self, grads_and_vars):
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
+            return super()._aggregate_gradients(grads_and_vars)
+        return self._vrgd_reduce(grads_and_vars, ctx)
+
+    def get_config(self):
+        config = super().get_config()
+        # Model Garden's LAMB and LARS leave their exclusion lists out of get_config.
+        params = inspect.signature(self._vrgd_base_class.__init__).parameters
+        for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+            if arg in params and arg not in config:
+                config[arg] = getattr(self, arg, None)
+        config.update(self._vrgd_config())
+        return config
+
+
+def _var_key(variable):
+    """The key ``OptimizerV2`` uses for slots (distributed container aware)."""
+    return _optimizer_v2._var_key(variable)
+
+
+def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,
+                        doc=None):
+    """Returns the VRGD version of a tf_keras legacy optimizer (``OptimizerV2``) class.
+
+    Args:
+      base_class: a subclass of ``tf_keras.optimizers.legacy.Optimizer``, e.g.
+        ``tf_keras.optimizers.legacy.RMSprop`` or Model Garden's ``lamb.LAMB``.
+      name: the new class's name; default ``"VRGD" + base_class.__name__``.
+      default_beta_3: float in [0, 1), default of ``beta_3``.
+      register: register with ``tf_keras.saving.register_keras_serializable`` under
+        package ``"vrgd_tf"``.
+      doc: the class docstring.
+
+    Returns:
+      The new class: the base class's arguments plus ``gamma`` (0, 1] and ``beta_3``
+      [0, 1); its constructor raises ``ValueError``/``TypeError`` for values outside them.
+
+    Raises:
+      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
+    """
+    if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
+        raise TypeError("`base_class` must be a tf_keras.optimizers.legacy.Optimizer "
+                        f"subclass; got {base_class!r}.")
+    gsnr.validate_beta_3(default_beta_3)
+    cls_name = name or "VRGD" + base_class.__name__
+    cls = type(cls_name, (_TfKerasVRGDMixin, base_class), {
+        "_vrgd_base_class": base_class,
+        "_vrgd_default_beta_3": float(default_beta_3),
+        "__doc__": doc or (f"VRGD version of `{base_class.__module__}.{base_class.__name__}`"
+                           f" for tf_keras; extra arguments `gamma` (0, 1], default 0.1, and "
+                           f"`beta_3` [0, 1), default {default_beta_3}."),
+        "__module__": "vrgd_tf.tf_keras" if register else base_class.__module__,
+    })
+    if register:
+        cls = tf_keras.saving.register_keras_serializable(package="vrgd_tf",
+                                                          name=cls_name)(cls)
+    return cls
+
+
+_COMMON_ARGS = """
+    VRGD arguments (arXiv 2309.13681, spec ``shared/design/VRGD.md``):
+      gamma: float in (0, 1], lower bound of the per-element factor (eq. 9). Default 0.1.
+        ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
+      beta_3: float in [0, 1), decay of the factor's momentum with bias correction
+        (Section 4.2; *our reading*). Default {beta_3}.
+
+    Raises:
+      ValueError, TypeError: at construction, for ``gamma``, ``beta_3`` or a base argument
+        outside its range (the message names it).
+"""
+
+VRGDSGD = make_vrgd_optimizer(tf_keras.optimizers.legacy.SGD, name="VRGDSGD", doc=(
+    "VR-SGD / VR-Momentum for tf_keras: `tf_keras.optimizers.legacy.SGD` (`learning_rate`, "
+    "`momentum`, `nesterov`) fed the variance-reduced gradient.\n"
+    + _COMMON_ARGS.format(beta_3=0.0)))
+VRGDAdam = make_vrgd_optimizer(tf_keras.optimizers.legacy.Adam, name="VRGDAdam",
+                               default_beta_3=0.9, doc=(
+    "VR-Adam for tf_keras: `tf_keras.optimizers.legacy.Adam` with the factor applied "
+    "before the moment estimates (paper Section 4.2).\n" + _COMMON_ARGS.format(beta_3=0.9)))
+VRGDLars = make_vrgd_optimizer(_mg_lars.LARS, name="VRGDLars", doc=(
+    "VR-LARS for tf_keras: Model Garden's `official.modeling.optimization.lars.LARS` "
+    "(`learning_rate`, `momentum`, `weight_decay_rate`, `eeta`, `nesterov`, "
+    "`classic_momentum`, `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed "
+    "the variance-reduced gradient.\n" + _COMMON_ARGS.format(beta_3=0.0)))
+VRGDLamb = make_vrgd_optimizer(_mg_lamb.LAMB, name="VRGDLamb", default_beta_3=0.9, doc=(
+    "VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB` "
+    "(`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`, "
+    "`exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied "
+    "before the moment estimates.\n" + _COMMON_ARGS.format(beta_3=0.9)))
