@@ -37,6 +37,23 @@ def gsnr_factor(xs, gamma):
     return factor, s1
 
 
+def gsnr_statistics(xs, gamma):
+    """(mean GSNR over defined elements or 0, fraction clipped at gamma, fraction at 1)."""
+    xs = np.asarray(xs, np.float64)
+    k = xs.shape[0]
+    s1, s2 = xs.sum(0), (xs * xs).sum(0)
+    mean, meansq = s1 / k, s2 / k
+    var = meansq - mean ** 2
+    with np.errstate(all="ignore"):
+        defined = np.isfinite(mean) & np.isfinite(meansq) & (var > NOISE_RTOL * k * meansq)
+        r = np.where(defined, mean ** 2 / np.where(defined, var, 1.0), 0.0)
+    mu = r[defined].mean() if defined.any() else 0.0
+    factor, _ = gsnr_factor(xs, gamma)
+    usable = mu > 0 and np.isfinite(mu)
+    at_gamma = (defined & (r / mu <= gamma)).mean() if usable and gamma < 1 else 0.0
+    return mu, at_gamma, (factor >= 1.0).mean()
+
+
 class FactorMomentum:
     """p_t = b3 p + (1 - b3) f, p_hat = p / (1 - b3^t) (spec section 3)."""
 

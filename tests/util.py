@@ -25,7 +25,7 @@ def replica_values(var):
 
 
 def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None,
-                    jit_compile=False):
+                    jit_compile=False, existing=None):
     """Applies known per-replica gradients for several steps.
 
     Args:
@@ -35,6 +35,7 @@ def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None
       grads: {name: array [steps, k, *shape]}: replica d's gradient at each step.
       make_variable: (name, value) -> variable; default keras.Variable.
       jit_compile: compile the step function with XLA.
+      existing: {name: variable} to train instead of new ones (``init`` is then ignored).
 
     Returns:
       (variables dict, optimizer).
@@ -44,7 +45,7 @@ def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None
     steps = next(iter(grads.values())).shape[0]
     make_variable = make_variable or (lambda n, v: keras.Variable(v, name=n))
     with strategy.scope():
-        variables = {n: make_variable(n, init[n]) for n in names}
+        variables = existing or {n: make_variable(n, init[n]) for n in names}
         opt = make_optimizer()
         if hasattr(opt, "build") and not getattr(opt, "_is_legacy_optimizer", False):
             opt.build([variables[n] for n in names])

@@ -1,0 +1,229 @@
+"""Keras 3 family: model.fit, serialization, checkpoints, argument checks, the hook guard."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+import numpy_reference as ref
+import util
+import vrgd_tf
+
+ALL = {
+    "VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True,
+                                      gamma=0.2, beta_3=0.5)),
+    "VRGDAdam": (vrgd_tf.VRGDAdam, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99,
+                                        epsilon=1e-6, amsgrad=True, gamma=0.3, beta_3=0.7)),
+    "VRGDLars": (vrgd_tf.VRGDLars, dict(learning_rate=0.5, momentum=0.8, weight_decay_rate=1e-3,
+                                        eeta=0.01, nesterov=True, classic_momentum=False,
+                                        exclude_from_weight_decay=["bias"],
+                                        exclude_from_layer_adaptation=["bn"], gamma=0.05,
+                                        beta_3=0.0)),
+    "VRGDLamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99,
+                                        epsilon=1e-5, weight_decay_rate=0.01,
+                                        exclude_from_weight_decay=["bias", "LayerNorm"],
+                                        exclude_from_layer_adaptation=None, gamma=0.1,
+                                        beta_3=0.9)),
+}
+
+
+def linear_problem(seed=0, n=16, d_in=4, d_out=3):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(n, d_in).astype(np.float32)
+    y = (x @ rng.randn(d_in, d_out) + 3.0 * rng.randn(n, d_out)).astype(np.float32)
+    w0 = (0.1 * rng.randn(d_in, d_out)).astype(np.float32)
+    return x, y, w0
+
+
+def build_linear_model(w0):
+    model = keras.Sequential([keras.Input((w0.shape[0],)),
+                              keras.layers.Dense(w0.shape[1], name="dense")])
+    model.layers[0].kernel.assign(w0)
+    return model
+
+
+class FitTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.product(k=[2, 4], name=["VRGDSGD", "VRGDLamb"])
+    def test_model_fit_matches_reference(self, k, name):
+        """model.fit: the per-replica gradient is (1/k) d/dw mean-loss(shard d)."""
+        x, y, w0 = linear_problem(seed=k)
+        steps, n = 3, x.shape[0]
+        cls, kwargs = {"VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
+                       "VRGDLamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.05))}[name]
+        base = {"VRGDSGD": lambda: ref.SGD(0.1, 0.9), "VRGDLamb": lambda: ref.Lamb(0.05)}[name]
+        strategy = util.strategy_for(k)
+        with strategy.scope():
+            model = build_linear_model(w0)
+            opt = cls(gamma=0.1, **kwargs)
+            model.compile(optimizer=opt, loss="mse")
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(n).repeat()
+        model.fit(ds, epochs=steps, steps_per_epoch=1, verbose=0)
+
+        vr = ref.VRGD(base(), 0.1, opt.beta_3)
+        w = {"kernel": w0.astype(np.float64), "bias": np.zeros(w0.shape[1])}
+        b = n // k
+        for _ in range(steps):
+            gk, gb = [], []
+            for d in range(k):
+                xd, yd = x[d * b:(d + 1) * b], y[d * b:(d + 1) * b]
+                err = xd @ w["kernel"] + w["bias"] - yd
+                scale = 2.0 / (b * yd.shape[1]) / k
+                gk.append(scale * xd.T @ err)
+                gb.append(scale * err.sum(0))
+            w["kernel"] = vr.step("kernel", w["kernel"], np.stack(gk))
+            w["bias"] = vr.step("bias", w["bias"], np.stack(gb))
+        self.assertAllClose(model.layers[0].kernel.numpy(), w["kernel"], atol=1e-5)
+        self.assertAllClose(model.layers[0].bias.numpy(), w["bias"], atol=1e-5)
+        self.assertLess(vr.factors["kernel"].min(), 1.0)
+
+
+class SerializationTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(sorted(ALL))
+    def test_config_round_trip(self, name):
+        cls, kwargs = ALL[name]
+        opt = cls(**kwargs)
+        config = opt.get_config()
+        for key, value in kwargs.items():
+            if isinstance(value, float):
+                self.assertAlmostEqual(config[key], value, places=6, msg=key)
+            else:
+                self.assertEqual(config[key], value, key)
+        clone = cls.from_config(config)
+        self.assertEqual(clone.get_config(), config)
+        via_keras = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
+        self.assertIsInstance(via_keras, cls)
+        self.assertEqual(via_keras.get_config(), config)
+
+    def test_save_and_load_model_without_custom_objects(self):
+        x, y, w0 = linear_problem()
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            model = build_linear_model(w0)
+            model.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01,
+                                                     exclude_from_weight_decay=["bias"]),
+                          loss="mse")
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+        path = os.path.join(tempfile.mkdtemp(), "m.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        self.assertIsInstance(loaded.optimizer, vrgd_tf.VRGDLamb)
+        self.assertEqual(loaded.optimizer.get_config(), model.optimizer.get_config())
+        saved, restored = model.optimizer.variables, loaded.optimizer.variables
+        self.assertLen(restored, len(saved))
+        self.assertEqual([v.name for v in saved if v.name.startswith("vrgd_")],
+                         [v.name for v in restored if v.name.startswith("vrgd_")])
+        self.assertTrue(any("vrgd_deficit" in v.name for v in saved))
+        for a, b in zip(saved, restored):
+            np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=a.name)
+        self.assertGreater(np.abs(saved[-1].numpy()).max(), 0.0)
+
+    def test_checkpoint_restores_and_training_continues_exactly(self):
+        """4 replicas: 2 steps, checkpoint, 2 more steps == restore into a new run, 2 steps."""
+        from test_keras_reference import make_problem
+        init, grads = make_problem(4, seed=9, steps=4)
+        first = {n: g[:2] for n, g in grads.items()}
+        second = {n: g[2:] for n, g in grads.items()}
+        strategy = util.strategy_for(4)
+        make = lambda: vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)  # noqa
+        straight, _ = util.run_custom_loop(strategy, make, init, grads)
+
+        variables, opt = util.run_custom_loop(strategy, make, init, first)
+        ckpt_dir = tempfile.mkdtemp()
+        path = tf.train.Checkpoint(optimizer=opt, **variables).save(
+            os.path.join(ckpt_dir, "ckpt"))
+        saved_deficit = opt._vrgd_state.deficits[0].numpy()
+        self.assertGreater(np.abs(saved_deficit).max(), 0.0)
+
+        with strategy.scope():
+            fresh = {n: keras.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
+            opt2 = make()
+            opt2.build(list(fresh.values()))
+        tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path).assert_consumed()
+        for a, b in zip(opt.variables, opt2.variables):
+            for copy in util.replica_values(b):
+                np.testing.assert_array_equal(copy, a.numpy(), err_msg=a.path)
+        resumed, _ = util.run_custom_loop(strategy, lambda: opt2, fresh_init(fresh), second,
+                                          existing=fresh)
+        for n in init:
+            np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy())
+
+
+def fresh_init(variables):
+    return {n: v.numpy() for n, v in variables.items()}
+
+
+class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(
+        (vrgd_tf.VRGDSGD, dict(gamma=0.0), ValueError, "gamma"),
+        (vrgd_tf.VRGDSGD, dict(gamma=1.5), ValueError, r"\(0, 1\]"),
+        (vrgd_tf.VRGDSGD, dict(gamma="0.1"), TypeError, "gamma"),
+        (vrgd_tf.VRGDAdam, dict(beta_3=1.0), ValueError, r"beta_3.*\[0, 1\)"),
+        (vrgd_tf.VRGDAdam, dict(beta_3=-0.1), ValueError, "beta_3"),
+        (vrgd_tf.VRGDAdam, dict(learning_rate=-1.0), ValueError, "learning_rate"),
+        (vrgd_tf.VRGDAdam, dict(epsilon=-1e-7), ValueError, "epsilon"),
+        (vrgd_tf.VRGDSGD, dict(momentum=-0.5), ValueError, "momentum"),
+        (vrgd_tf.VRGDLamb, dict(exclude_from_weight_decay="bias"), TypeError,
+         "exclude_from_weight_decay.*bare string"),
+        (vrgd_tf.VRGDLars, dict(exclude_from_layer_adaptation=["ok", 3]), TypeError,
+         "exclude_from_layer_adaptation"),
+        (vrgd_tf.VRGDLars, dict(exclude_from_weight_decay=["("]), ValueError,
+         "exclude_from_weight_decay"),
+        (vrgd_tf.Lamb, dict(beta_2=1.0), ValueError, "beta_2"),
+    )
+    def test_bad_arguments_raise_before_any_state(self, cls, kwargs, error, pattern):
+        with self.assertRaisesRegex(error, pattern):
+            cls(**kwargs)
+
+    def test_schedules_are_accepted(self):
+        sched = keras.optimizers.schedules.CosineDecay(0.1, 100, warmup_target=0.2,
+                                                       warmup_steps=5)
+        opt = vrgd_tf.VRGDLars(learning_rate=sched)
+        self.assertIsInstance(opt.get_config()["learning_rate"], dict)
+
+    def test_any_keras_optimizer_class(self):
+        """make_vrgd_optimizer on AdamW and Lion: VR on 4 replicas == the base class on one
+        device fed the reference's variance-reduced gradient u = p_hat * S1."""
+        from test_keras_reference import make_problem
+        init, grads = make_problem(4, seed=11)
+        u = {}
+        for n, g in grads.items():
+            mom = ref.FactorMomentum(0.9)
+            u[n] = np.stack([mom(f) * s1 for f, s1 in
+                             (ref.gsnr_factor(g[t], 0.1) for t in range(g.shape[0]))])
+            u[n] = u[n][:, None].astype(np.float32)
+        for base in (keras.optimizers.AdamW, keras.optimizers.Lion):
+            cls = vrgd_tf.make_vrgd_optimizer(base, default_beta_3=0.9)
+            self.assertEqual(cls.__name__, "VRGD" + base.__name__)
+            vr, _ = util.run_custom_loop(util.strategy_for(4),
+                                         lambda: cls(learning_rate=0.01), init, grads)
+            fed_u, _ = util.run_custom_loop(tf.distribute.get_strategy(),
+                                            lambda: base(learning_rate=0.01), init, u)
+            for n in init:
+                self.assertAllClose(vr[n].numpy(), fed_u[n].numpy(), atol=1e-5, rtol=1e-5)
+        with self.assertRaisesRegex(TypeError, "base_class"):
+            vrgd_tf.make_vrgd_optimizer(dict)
+
+
+class HookGuardTest(tf.test.TestCase):
+
+    def test_bypassed_hook_fails_loudly(self):
+        """If Keras stops calling _all_reduce_sum_gradients, apply must raise."""
+        class Bypassed(vrgd_tf.VRGDSGD):
+            def _backend_update_step(self, grads, trainable_variables, learning_rate):
+                for g, v in zip(grads, trainable_variables):
+                    v.assign_sub(learning_rate * g)
+
+        init, grads = __import__("test_keras_reference").make_problem(2, seed=1, steps=1)
+        with self.assertRaisesRegex(RuntimeError, "bypassed"):
+            util.run_custom_loop(util.strategy_for(2), lambda: Bypassed(learning_rate=0.1),
+                                 init, grads)
+
+
+if __name__ == "__main__":
+    tf.test.main()
