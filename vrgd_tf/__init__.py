@@ -4,11 +4,20 @@ ratio (GSNR), for large-batch data-parallel training with TensorFlow.
 Keras 3 optimizers: :class:`VRGDSGD`, :class:`VRGDAdam`, :class:`VRGDLars`,
 :class:`VRGDLamb`, and :func:`make_vrgd_optimizer` for any other Keras optimizer class.
 The GSNR statistics live in :mod:`vrgd_tf.gsnr`. The tf_keras family for TF Model Garden
-lives in :mod:`vrgd_tf.tf_keras`.
+lives in :mod:`vrgd_tf.tf_keras`; with ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is tf_keras)
+the top-level names are that family's classes.
 """
 
-from vrgd_tf.optimizers import (Lamb, Lars, VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
-                                make_vrgd_optimizer)
+import os as _os
+
+if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+    # tf.keras is tf_keras here: export the classes that work with tf.keras.Model.compile.
+    from vrgd_tf.optimizers import Lamb, Lars
+    from vrgd_tf.tf_keras import (VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
+                                  make_vrgd_optimizer)
+else:
+    from vrgd_tf.optimizers import (Lamb, Lars, VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
+                                    make_vrgd_optimizer)
 
 __version__ = "0.1.0"
 

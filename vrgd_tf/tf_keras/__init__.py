@@ -57,13 +57,19 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
     def _vrgd_make_variable(self, kind, index, shape, reference):
         strategy = tf.distribute.get_strategy()
         with strategy.extended.colocate_vars_with(reference):
-            return self.add_weight(
+            variable = self.add_weight(
                 name=f"vrgd_{kind}_{index}", shape=shape, dtype=tf.float32,
                 initializer="zeros", trainable=False,
                 synchronization=tf.VariableSynchronization.ON_READ,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._weights.append(variable)  # as add_slot does: in weights/get_weights
+        return variable
 
     def _aggregate_gradients(self, grads_and_vars):
+        grads_and_vars = list(grads_and_vars)
+        # LossScaleOptimizer aggregates before the inner apply_gradients creates the slots.
+        with tf.init_scope():
+            self._create_all_weights([v for g, v in grads_and_vars if g is not None])
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
             return super()._aggregate_gradients(grads_and_vars)

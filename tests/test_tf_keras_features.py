@@ -1,0 +1,143 @@
+"""tf_keras family: LossScaleOptimizer, config round trip, checkpoints, TF_USE_LEGACY_KERAS."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+import util
+from test_keras_reference import make_problem
+from vrgd_tf import tf_keras as vtk
+
+
+def tf_variable(name, value):
+    return tf.Variable(value, name=name)
+
+
+class LossScaleTest(tf.test.TestCase):
+
+    def test_inf_gradient_step_is_skipped_with_vrgd_state_unchanged(self):
+        k = 2
+        init, grads = make_problem(k, seed=5, steps=3)
+        grads = {n: g.astype(np.float16) for n, g in grads.items()}
+        grads["kernel"][2, 1, 0, 0] = np.inf
+        strategy = util.strategy_for(k)
+        with strategy.scope():
+            variables = {n: tf.Variable(v, name=n) for n, v in init.items()}
+            inner = vtk.VRGDLamb(learning_rate=0.01)
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(inner, dynamic=True,
+                                                              initial_scale=1024.0)
+        consts = {n: tf.constant(g) for n, g in grads.items()}
+
+        @tf.function
+        def step(i):
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                # unscaled float16 gradients, as get_unscaled_gradients returns them
+                opt.apply_gradients([(tf.cast(tf.gather(consts[n][i], rid), tf.float32),
+                                      variables[n]) for n in sorted(variables)])
+            strategy.run(fn)
+
+        step(tf.constant(0))
+        step(tf.constant(1))
+        before = {w.name: w.numpy().copy() for w in inner.weights}
+        before_vars = {n: v.numpy().copy() for n, v in variables.items()}
+        self.assertTrue(any("vrgd_deficit" in n and np.abs(v).max() > 0
+                            for n, v in before.items()))
+        step(tf.constant(2))  # the inf step
+        for w in inner.weights:
+            if w.name.startswith("iter"):
+                continue
+            for copy in util.replica_values(w):
+                np.testing.assert_array_equal(copy, before[w.name], err_msg=w.name)
+        for n, v in variables.items():
+            np.testing.assert_array_equal(v.numpy(), before_vars[n])
+        self.assertEqual(float(opt.loss_scale), 512.0)  # halved by the skip
+
+
+class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(
+        (vtk.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True, gamma=0.2,
+                           beta_3=0.5)),
+        (vtk.VRGDAdam, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-6,
+                            amsgrad=True, gamma=0.3, beta_3=0.7)),
+        (vtk.VRGDLars, dict(learning_rate=0.5, momentum=0.8, weight_decay_rate=1e-3, eeta=0.01,
+                            nesterov=True, classic_momentum=False,
+                            exclude_from_weight_decay=["bias"],
+                            exclude_from_layer_adaptation=["bn"], gamma=0.05, beta_3=0.0)),
+        (vtk.VRGDLamb, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-5,
+                            weight_decay_rate=0.01, exclude_from_weight_decay=["bias"],
+                            exclude_from_layer_adaptation=["LayerNorm"], gamma=0.1,
+                            beta_3=0.9)),
+    )
+    def test_config_round_trip(self, cls, kwargs):
+        opt = cls(**kwargs)
+        config = opt.get_config()
+        for key, value in kwargs.items():
+            if isinstance(value, float):
+                self.assertAlmostEqual(config[key], value, places=6, msg=key)
+            else:
+                self.assertEqual(config[key], value, key)
+        self.assertEqual(cls.from_config(config).get_config(), config)
+        clone = tf_keras.optimizers.deserialize(tf_keras.optimizers.serialize(opt),
+                                                use_legacy_optimizer=True)
+        self.assertIsInstance(clone, cls)
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, "gamma"):
+            vtk.VRGDLamb(gamma=0.0)
+        with self.assertRaisesRegex(TypeError, "exclude_from_weight_decay"):
+            vtk.VRGDLars(exclude_from_weight_decay="bias")
+        with self.assertRaisesRegex(ValueError, "learning_rate"):
+            vtk.VRGDSGD(learning_rate=-0.1)
+
+    def test_checkpoint_restores_exactly_under_mirrored(self):
+        init, grads = make_problem(4, seed=8, steps=4)
+        strategy = util.strategy_for(4)
+        make = lambda: vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)  # noqa: E731
+        straight, _ = util.run_custom_loop(strategy, make, init, grads,
+                                           make_variable=tf_variable)
+        first = {n: g[:2] for n, g in grads.items()}
+        second = {n: g[2:] for n, g in grads.items()}
+        variables, opt = util.run_custom_loop(strategy, make, init, first,
+                                              make_variable=tf_variable)
+        path = tf.train.Checkpoint(optimizer=opt, **variables).save(
+            os.path.join(tempfile.mkdtemp(), "ckpt"))
+        with strategy.scope():
+            fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
+            opt2 = make()
+        tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path)
+        resumed, opt2 = util.run_custom_loop(strategy, lambda: opt2, init, second,
+                                             existing=fresh)
+        for n in init:
+            np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy())
+        names = [w.name for w in opt2.weights]
+        self.assertTrue(any("vrgd_deficit" in n for n in names), names)
+
+
+class LegacyKerasSwitchTest(tf.test.TestCase):
+
+    def test_tf_use_legacy_keras_exports_tf_keras_classes(self):
+        code = (
+            "import numpy as np, tensorflow as tf, vrgd_tf\n"
+            "assert vrgd_tf.VRGDLamb.__module__ == 'vrgd_tf.tf_keras', vrgd_tf.VRGDLamb\n"
+            "m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])\n"
+            "m.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01), loss='mse')\n"
+            "h = m.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=2, verbose=0)\n"
+            "print('LOSS', h.history['loss'])\n")
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        losses = eval(out.stdout.split("LOSS", 1)[1])
+        self.assertLess(losses[1], losses[0])
+
+
+if __name__ == "__main__":
+    tf.test.main()
