@@ -23,3 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
            "make_vrgd_optimizer"]
+
+from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
+
+__all__ += ["GSNRTensorBoard"]

@@ -1,0 +1,141 @@
+"""GSNR diagnostics as TensorBoard summaries, and Keras callbacks that write them.
+
+Each VRGD optimizer keeps, per trainable variable, the last step's mean GSNR and the
+fractions of elements whose factor was clipped at ``gamma`` and at 1
+(:class:`vrgd_tf.gsnr.GSNRStatistics`). They are written in the step at no extra cost;
+these helpers only read them, off the hot path, every ``update_freq`` steps.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs"]
+
+_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one")
+
+
+def _inner(optimizer):
+    """The VRGD optimizer inside a loss-scale wrapper, or the optimizer itself."""
+    for attr in ("inner_optimizer", "_optimizer"):
+        inner = getattr(optimizer, attr, None)
+        if inner is not None and hasattr(inner, "vrgd_statistics"):
+            return inner
+    return optimizer
+
+
+def summary_logs(optimizer):
+    """``{"vrgd/<variable>/<field>": float}`` for every variable, plus the means over
+    variables ``"vrgd/mean/<field>"``; empty for a non-VRGD optimizer.
+
+    Suitable for a Keras ``logs`` dict or Model Garden's train-step logs.
+    """
+    optimizer = _inner(optimizer)
+    if not hasattr(optimizer, "vrgd_statistics"):
+        return {}
+    stats = optimizer.vrgd_statistics()
+    logs = {}
+    for name, values in stats.items():
+        for field in _FIELDS:
+            logs[f"vrgd/{name}/{field}"] = values[field]
+    if stats:
+        for field in _FIELDS:
+            logs[f"vrgd/mean/{field}"] = float(np.mean([v[field] for v in stats.values()]))
+    return logs
+
+
+def write_gsnr_summaries(optimizer, step, writer=None):
+    """Writes the optimizer's GSNR diagnostics as TensorBoard scalars and histograms.
+
+    Scalars ``vrgd/<variable>/{mean_gsnr,frac_at_gamma,frac_at_one}`` and their means over
+    variables; histograms ``vrgd/hist/<field>`` over variables.
+
+    Args:
+      optimizer: a vrgd_tf optimizer (either family), possibly inside a LossScaleOptimizer.
+      step: int, the summary step.
+      writer: a ``tf.summary`` writer; default the current default writer.
+
+    Returns:
+      The logs dict written (see :func:`summary_logs`); empty for a non-VRGD optimizer.
+    """
+    logs = summary_logs(optimizer)
+    if not logs:
+        return logs
+    ctx = writer.as_default(step=step) if writer is not None else _NullContext()
+    with ctx:
+        for key, value in logs.items():
+            tf.summary.scalar(key, value, step=step)
+        for field in _FIELDS:
+            values = [v for k, v in logs.items()
+                      if k.endswith("/" + field) and not k.startswith("vrgd/mean/")]
+            tf.summary.histogram(f"vrgd/hist/{field}", np.asarray(values, np.float32),
+                                 step=step)
+    return logs
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _make_callback(callback_base):
+    class GSNRTensorBoard(callback_base):
+        """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
+
+        Args:
+          log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
+            callback: ``os.path.join(log_dir, "vrgd")``).
+          update_freq: int >= 1, in training batches.
+          log_to_history: bool; also add the mean-over-variables values to the epoch logs
+            (so they show in the progress bar and ``History``).
+
+        Raises:
+          ValueError: ``update_freq`` < 1.
+        """
+
+        def __init__(self, log_dir, update_freq=100, log_to_history=False):
+            super().__init__()
+            if int(update_freq) < 1:
+                raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
+            self.log_dir = log_dir
+            self.update_freq = int(update_freq)
+            self.log_to_history = log_to_history
+            self._writer = None
+            self._step = 0
+
+        def on_train_begin(self, logs=None):
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._step += 1
+            if self._step % self.update_freq == 0:
+                write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if self.log_to_history and logs is not None:
+                for key, value in summary_logs(self.model.optimizer).items():
+                    if key.startswith("vrgd/mean/"):
+                        logs[key] = value
+
+        def on_train_end(self, logs=None):
+            if self._writer is not None:
+                self._writer.flush()
+
+    return GSNRTensorBoard
+
+
+def _keras3_callback():
+    import keras
+    return _make_callback(keras.callbacks.Callback)
+
+
+GSNRTensorBoard = _keras3_callback()
+GSNRTensorBoard.__module__ = __name__
+
+
+def tf_keras_callback():
+    """The same callback for tf_keras (Keras 2) models. Returns the class."""
+    import tf_keras
+    return _make_callback(tf_keras.callbacks.Callback)
