@@ -50,6 +50,19 @@ def check_base_arguments(base_cls, args, kwargs) -> None:
             validation.check_exclusion_list(name, values[name])
 
 
+def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
+    """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
+    to ``class_name``), plus keyword-only ``gamma=0.1`` and ``beta_3=default_beta_3``."""
+    params = [p.replace(default=class_name) if p.name == "name" else p
+              for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]]
+    var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    extra = [inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
+             inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY,
+                               default=default_beta_3)]
+    return inspect.Signature(params + extra + var_kw)
+
+
 class VRGDCommon:
     """Mixin state and helpers shared by both optimizer families.
 

@@ -128,6 +128,8 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     cls = type(cls_name, (_KerasVRGDMixin, base_class), {
         "_vrgd_base_class": base_class,
         "_vrgd_default_beta_3": float(default_beta_3),
+        "__signature__": common.vrgd_signature(base_class, float(default_beta_3),
+                                               cls_name),
         "__doc__": doc or (f"VRGD version of `{base_class.__module__}.{base_class.__name__}`"
                            f" (arXiv 2309.13681); extra arguments `gamma` (0, 1], default "
                            f"0.1, and `beta_3` [0, 1), default {default_beta_3}."),
