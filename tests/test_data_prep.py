@@ -1,4 +1,4 @@
-"""Tests of vrgd_tf.data: real digits and Shakespeare records in Model Garden formats."""
+"""Tests of vrgd_tf.data: real digits and Shakespeare, Model Garden formats."""
 
 import collections
 import json
@@ -232,8 +232,8 @@ class ShakespeareTest(tf.test.TestCase):
     docs = shakespeare.clean_work(hamlet)
     lines = [l for d in docs for l in d]
     self.assertEqual(lines[0], "Who's there?")  # Not the title or persons.
-    self.assertEqual(docs[0][:2], ["Who's there?",
-                                   'Nay, answer me: stand, and unfold yourself.'])
+    self.assertEqual(docs[0][:2], [
+        "Who's there?", 'Nay, answer me: stand, and unfold yourself.'])
     for line in lines:
       self.assertNotRegex(line, r'[\[\]{}]|Gutenberg|^(ACT|Scene) [IVX]+')
       self.assertNotIn(line, ('Ber.', 'Fran.', 'Ham.', 'THE END'))
@@ -335,7 +335,8 @@ class ShakespeareTest(tf.test.TestCase):
     config = pretrain_dataloader.BertPretrainDataConfig(
         input_path=meta['train_file'], global_batch_size=8, is_training=True,
         seq_length=self.SEQ_LEN, max_predictions_per_seq=self.MAX_PRED)
-    batch = next(iter(pretrain_dataloader.BertPretrainDataLoader(config).load()))
+    loader = pretrain_dataloader.BertPretrainDataLoader(config)
+    batch = next(iter(loader.load()))
     self.assertEqual(batch['input_word_ids'].shape, (8, self.SEQ_LEN))
     self.assertEqual(batch['masked_lm_positions'].shape, (8, self.MAX_PRED))
     count = sum(1 for _ in _records([meta['train_file']]))

@@ -1,4 +1,4 @@
-"""Writes scikit-learn's real 8x8 digits as Model Garden classification TFRecords.
+"""Writes sklearn's real 8x8 digits as Model Garden classification TFRecords.
 
 The source is `sklearn.datasets.load_digits`: 1,797 real handwritten digits
 (8x8 grayscale, integer intensities 0..16, 10 classes) shipped inside

