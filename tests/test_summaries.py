@@ -22,7 +22,8 @@ class SummariesTest(tf.test.TestCase):
         y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
         strategy = util.strategy_for(k)
         with strategy.scope():
-            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, name="d")])
+            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, name="d")],
+                                     name="net")
             model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss="mse")
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
@@ -46,7 +47,7 @@ class SummariesTest(tf.test.TestCase):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for v in event.summary.value:
                 tags.add(v.tag)
-        self.assertIn("vrgd/sequential/d/kernel/mean_gsnr", tags)
+        self.assertIn("vrgd/net/d/kernel/mean_gsnr", tags)
         self.assertIn("vrgd/hist/frac_at_gamma", tags)
 
     def test_update_freq_checked(self):

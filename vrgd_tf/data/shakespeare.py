@@ -512,8 +512,9 @@ def prepare_shakespeare_pretraining(
     max_predictions_per_seq: int in 1..max_seq_length, masked positions per
       example.
     seed: int; fixes the work split, the document subsets and the masking.
-    max_train_docs: None (all, default: 37 plays + poems, ~830 documents) or an
-      int >= 1: a seeded random subset of training documents (scenes/poems).
+    max_train_docs: None (default: all, i.e. 841 documents from 33 plays and
+      5 poems at the default split) or an int >= 1: a seeded random subset of
+      the training documents (scenes / poems).
     max_eval_docs: None (all) or an int >= 1, the same for evaluation.
     eval_fraction: float in (0, 1), fraction of plays held out (default 0.1).
     dupe_factor: int >= 1, copies of the training text with different masks
