@@ -16,13 +16,6 @@ from vrgd_tf import validation
 
 _LOG = logging.getLogger("vrgd_tf")
 
-# Constructor arguments checked by name, whatever the base optimizer.
-_NON_NEGATIVE = ("learning_rate", "epsilon", "weight_decay", "weight_decay_rate", "eeta",
-                 "momentum")
-_UNIT_INTERVAL = ("beta_1", "beta_2")
-_EXCLUSIONS = ("exclude_from_weight_decay", "exclude_from_layer_adaptation")
-
-
 def check_base_arguments(base_cls, args, kwargs) -> None:
     """Checks the base optimizer's constructor arguments by name, before anything is built.
 
@@ -39,15 +32,56 @@ def check_base_arguments(base_cls, args, kwargs) -> None:
         raise TypeError(f"{base_cls.__name__}: {e}") from e
     values = dict(bound.arguments)
     values.update(values.pop("kwargs", {}) or {})
-    for name in _NON_NEGATIVE:
-        if name in values:
-            validation.check_non_negative(name, values[name])
-    for name in _UNIT_INTERVAL:
-        if name in values:
-            validation.check_in_range(name, values[name], 0.0, 1.0, high_open=True)
-    for name in _EXCLUSIONS:
-        if name in values:
-            validation.check_exclusion_list(name, values[name])
+    validation.check_optimizer_arguments(values)
+
+
+VRGD_ARGS_DOC = """
+    VRGD arguments (arXiv 2309.13681; spec ``docs/spec.md``):
+      gamma: float in (0, 1], lower bound of the per-element factor (eq. 9). Default 0.1.
+        ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
+      beta_3: float in [0, 1), decay of the factor's momentum with bias correction
+        (Section 4.2; *our reading*). Default {beta_3}.
+
+    Gradients are all-reduced together with their squares (one collective); the factor
+    ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
+    the base update. With one replica the step equals the base optimizer's and a warning is
+    logged once. Diagnostics: ``vrgd_statistics()``.
+
+    Raises:
+      ValueError, TypeError: at construction, for ``gamma``, ``beta_3`` or a base argument
+        outside its range (the message names it).
+"""
+
+
+def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, register):
+    """Creates ``class name(mixin, base_class)``; used by both families' factories.
+
+    Args:
+      mixin: the family's subclass of :class:`VRGDCommon`.
+      base_class: the optimizer class to extend.
+      name: class name, or None for ``"VRGD" + base_class.__name__``.
+      default_beta_3: float in [0, 1).
+      doc: class docstring head, or None; :data:`VRGD_ARGS_DOC` is appended.
+      module: ``__module__`` of the new class.
+      register: callable ``(name) -> decorator`` registering it as serializable, or None.
+
+    Returns:
+      The class.
+
+    Raises:
+      ValueError, TypeError: ``default_beta_3`` outside [0, 1).
+    """
+    default_beta_3 = gsnr.validate_beta_3(default_beta_3)
+    cls_name = name or "VRGD" + base_class.__name__
+    head = doc or f"VRGD version of `{base_class.__module__}.{base_class.__name__}`."
+    cls = type(cls_name, (mixin, base_class), {
+        "_vrgd_base_class": base_class,
+        "_vrgd_default_beta_3": default_beta_3,
+        "__signature__": vrgd_signature(base_class, default_beta_3, cls_name),
+        "__doc__": head + "\n" + VRGD_ARGS_DOC.format(beta_3=default_beta_3),
+        "__module__": module,
+    })
+    return register(cls_name)(cls) if register is not None else cls
 
 
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
@@ -64,24 +98,44 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
 
 
 class VRGDCommon:
-    """Mixin state and helpers shared by both optimizer families.
+    """Mixin shared by both optimizer families: constructor, config, the reduction call.
+
+    A VRGD class is ``type(name, (FamilyMixin, base_class), ...)`` made by
+    :func:`make_vrgd_class`; ``FamilyMixin`` subclasses this and adds the family's hook and
+    state creation.
 
     Attributes:
       gamma: float in (0, 1], lower bound of the factor (paper eq. 9; default 0.1).
       beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
     """
 
-    @staticmethod
-    def _vrgd_check(gamma, beta_3) -> Tuple[float, float]:
-        """Validated ``(gamma, beta_3)``; call before the base constructor."""
-        return gsnr.validate_gamma(gamma), gsnr.validate_beta_3(beta_3)
+    _vrgd_base_class = None
+    _vrgd_default_beta_3 = 0.0
 
-    def _vrgd_post_init(self, gamma: float, beta_3: float) -> None:
-        """Sets the VRGD attributes; call after the base constructor."""
+    def __init__(self, *args, gamma=0.1, beta_3=None, **kwargs):
+        base = self._vrgd_base_class
+        gamma = gsnr.validate_gamma(gamma)
+        beta_3 = gsnr.validate_beta_3(self._vrgd_default_beta_3 if beta_3 is None else beta_3)
+        check_base_arguments(base, args, kwargs)
+        params = list(inspect.signature(base.__init__).parameters)
+        if "name" not in kwargs and ("name" not in params
+                                     or len(args) < params.index("name") - 1):
+            kwargs["name"] = type(self).__name__
+        super().__init__(*args, **kwargs)
         self.gamma = gamma
         self.beta_3 = beta_3
         self._vrgd_state = None
         self._vrgd_warned_single_replica = False
+
+    def get_config(self):
+        config = super().get_config()
+        # Model Garden's LAMB and LARS leave their exclusion lists out of get_config.
+        params = inspect.signature(self._vrgd_base_class.__init__).parameters
+        for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+            if arg in params and arg not in config:
+                config[arg] = getattr(self, arg, None)
+        config.update({"gamma": self.gamma, "beta_3": self.beta_3})
+        return config
 
     def _vrgd_warn_single_replica(self) -> None:
         if not self._vrgd_warned_single_replica:
@@ -102,9 +156,6 @@ class VRGDCommon:
             warn_single_replica=self._vrgd_warn_single_replica)
         it = iter(reduced)
         return [(next(it) if g is not None else None, v) for g, v in pairs]
-
-    def _vrgd_config(self) -> Dict:
-        return {"gamma": self.gamma, "beta_3": self.beta_3}
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
         """The last step's GSNR diagnostics per variable (first replica's copy).

@@ -4,7 +4,14 @@ import numbers
 import re
 from typing import List, Optional
 
-__all__ = ["check_exclusion_list", "check_non_negative", "check_in_range"]
+__all__ = ["check_exclusion_list", "check_non_negative", "check_in_range",
+           "check_optimizer_arguments"]
+
+# Optimizer constructor arguments checked by name, whatever the optimizer.
+_NON_NEGATIVE = ("learning_rate", "epsilon", "weight_decay", "weight_decay_rate", "eeta",
+                 "momentum")
+_UNIT_INTERVAL = ("beta_1", "beta_2")
+_EXCLUSIONS = ("exclude_from_weight_decay", "exclude_from_layer_adaptation")
 
 
 def _is_plain_number(value) -> bool:
@@ -94,3 +101,24 @@ def check_exclusion_list(name: str, patterns) -> Optional[List[str]]:
             raise ValueError(f"`{name}` holds an invalid regex {p!r}: {e}.") from e
         out.append(p)
     return out
+
+
+def check_optimizer_arguments(values: dict) -> None:
+    """Checks optimizer constructor arguments by name; unknown names pass.
+
+    Plain numbers only (schedules and tensors pass): ``learning_rate``, ``epsilon``,
+    ``weight_decay(_rate)``, ``eeta`` and ``momentum`` must be >= 0; ``beta_1`` and
+    ``beta_2`` in [0, 1); the exclusion lists None or a list of regex strings.
+
+    Raises:
+      TypeError, ValueError: naming the argument and the allowed range.
+    """
+    for name in _NON_NEGATIVE:
+        if name in values:
+            check_non_negative(name, values[name])
+    for name in _UNIT_INTERVAL:
+        if name in values:
+            check_in_range(name, values[name], 0.0, 1.0, high_open=True)
+    for name in _EXCLUSIONS:
+        if name in values:
+            check_exclusion_list(name, values[name])

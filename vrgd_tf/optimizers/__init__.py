@@ -15,40 +15,21 @@ from vrgd_tf.optimizers.vr import make_vrgd_optimizer
 __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
            "make_vrgd_optimizer"]
 
-_COMMON_ARGS = """
-    VRGD arguments (arXiv 2309.13681, spec ``shared/design/VRGD.md``):
-      gamma: float in (0, 1], lower bound of the per-element factor (eq. 9). Default 0.1.
-        ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
-      beta_3: float in [0, 1), decay of the factor's momentum with bias correction
-        (Section 4.2; *our reading*). Default {beta_3}.
-
-    Gradients are all-reduced together with their squares (one collective); the factor
-    ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
-    the base update. With one replica the step equals the base optimizer's and a warning is
-    logged once. Diagnostics: :meth:`vrgd_statistics`.
-
-    Raises:
-      ValueError, TypeError: at construction, for ``gamma``, ``beta_3`` or a base argument
-        outside its range (the message names it).
-"""
-
 VRGDSGD = make_vrgd_optimizer(keras.optimizers.SGD, name="VRGDSGD", doc=(
     "VR-SGD and VR-Momentum (Algorithm 1, eq. 10): `keras.optimizers.SGD` "
-    "(`learning_rate`, `momentum`, `nesterov`, ...) fed the variance-reduced gradient.\n"
-    + _COMMON_ARGS.format(beta_3=0.0)))
+    "(`learning_rate`, `momentum`, `nesterov`, ...) fed the variance-reduced gradient.\n"))
 VRGDAdam = make_vrgd_optimizer(keras.optimizers.Adam, name="VRGDAdam", default_beta_3=0.9,
                                doc=(
     "VR-Adam (Section 4.2): `keras.optimizers.Adam` (`learning_rate`, `beta_1`, `beta_2`, "
-    "`epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.\n"
-    + _COMMON_ARGS.format(beta_3=0.9)))
+    "`epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.\n"))
 VRGDLars = make_vrgd_optimizer(Lars, name="VRGDLars", doc=(
     "VR-LARS: `vrgd_tf.optimizers.Lars` (Model Garden's LARS: `learning_rate`, `momentum`, "
     "`weight_decay_rate`, `eeta`, `nesterov`, `classic_momentum`, "
     "`exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed the variance-reduced "
     "gradient, which therefore enters the momentum, the weight-decay term and the trust "
-    "ratio.\n" + _COMMON_ARGS.format(beta_3=0.0)))
+    "ratio.\n"))
 VRGDLamb = make_vrgd_optimizer(Lamb, name="VRGDLamb", default_beta_3=0.9, doc=(
     "VR-LAMB: `vrgd_tf.optimizers.Lamb` (You et al. 2020 Algorithm 2 as in Model Garden: "
     "`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`, "
     "`exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied "
-    "before the moment estimates.\n" + _COMMON_ARGS.format(beta_3=0.9)))
+    "before the moment estimates.\n"))

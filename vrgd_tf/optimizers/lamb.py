@@ -55,11 +55,7 @@ class Lamb(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LAMB", **kwargs):
-        validation.check_non_negative("learning_rate", learning_rate)
-        validation.check_in_range("beta_1", beta_1, 0.0, 1.0, high_open=True)
-        validation.check_in_range("beta_2", beta_2, 0.0, 1.0, high_open=True)
-        validation.check_non_negative("epsilon", epsilon)
-        validation.check_non_negative("weight_decay_rate", weight_decay_rate)
+        validation.check_optimizer_arguments(dict(locals()))
         exclude_from_weight_decay = validation.check_exclusion_list(
             "exclude_from_weight_decay", exclude_from_weight_decay)
         exclude_from_layer_adaptation = validation.check_exclusion_list(

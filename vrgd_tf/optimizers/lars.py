@@ -42,10 +42,7 @@ class Lars(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
                  nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LARS", **kwargs):
-        validation.check_non_negative("learning_rate", learning_rate)
-        validation.check_non_negative("momentum", momentum)
-        validation.check_non_negative("weight_decay_rate", weight_decay_rate)
-        validation.check_non_negative("eeta", eeta)
+        validation.check_optimizer_arguments(dict(locals()))
         exclude_from_weight_decay = validation.check_exclusion_list(
             "exclude_from_weight_decay", exclude_from_weight_decay)
         exclude_from_layer_adaptation = validation.check_exclusion_list(

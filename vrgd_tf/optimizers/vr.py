@@ -10,8 +10,6 @@ leaves the base update rule untouched. If a Keras upgrade stops calling it, the 
 without variance reduction.
 """
 
-import inspect
-
 import keras
 import tensorflow as tf
 from keras.src import backend
@@ -31,18 +29,6 @@ if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras up
 
 class _KerasVRGDMixin(common.VRGDCommon):
     """Overrides of a Keras 3 optimizer that insert the GSNR step. Use make_vrgd_optimizer."""
-
-    _vrgd_default_beta_3 = 0.0
-
-    def __init__(self, *args, gamma=0.1, beta_3=None, **kwargs):
-        base = self._vrgd_base_class
-        gamma, beta_3 = self._vrgd_check(
-            gamma, self._vrgd_default_beta_3 if beta_3 is None else beta_3)
-        common.check_base_arguments(base, args, kwargs)
-        if "name" not in kwargs and len(args) < _positional_index(base, "name"):
-            kwargs["name"] = type(self).__name__
-        super().__init__(*args, **kwargs)
-        self._vrgd_post_init(gamma, beta_3)
 
     def build(self, variables):
         if self.built:
@@ -83,16 +69,6 @@ class _KerasVRGDMixin(common.VRGDCommon):
             return super()._all_reduce_sum_gradients(grads_and_vars)
         return self._vrgd_reduce(grads_and_vars, ctx)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(self._vrgd_config())
-        return config
-
-
-def _positional_index(cls, arg_name):
-    """Index of ``arg_name`` among the positional arguments of ``cls(...)``."""
-    params = list(inspect.signature(cls.__init__).parameters)
-    return params.index(arg_name) - 1 if arg_name in params else 10**6
 
 
 def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,
@@ -120,21 +96,13 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.
     """
-    if not (isinstance(base_class, type) and issubclass(base_class, keras.optimizers.Optimizer)):
+    if not (isinstance(base_class, type)
+            and issubclass(base_class, keras.optimizers.Optimizer)):
         raise TypeError(f"`base_class` must be a keras.optimizers.Optimizer subclass; got "
                         f"{base_class!r}.")
-    gsnr.validate_beta_3(default_beta_3)
-    cls_name = name or "VRGD" + base_class.__name__
-    cls = type(cls_name, (_KerasVRGDMixin, base_class), {
-        "_vrgd_base_class": base_class,
-        "_vrgd_default_beta_3": float(default_beta_3),
-        "__signature__": common.vrgd_signature(base_class, float(default_beta_3),
-                                               cls_name),
-        "__doc__": doc or (f"VRGD version of `{base_class.__module__}.{base_class.__name__}`"
-                           f" (arXiv 2309.13681); extra arguments `gamma` (0, 1], default "
-                           f"0.1, and `beta_3` [0, 1), default {default_beta_3}."),
-        "__module__": base_class.__module__ if not register else "vrgd_tf.optimizers",
-    })
-    if register:
-        cls = keras.saving.register_keras_serializable(package="vrgd_tf", name=cls_name)(cls)
-    return cls
+    return common.make_vrgd_class(
+        _KerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
+        module="vrgd_tf.optimizers" if register else base_class.__module__,
+        register=(lambda n: keras.saving.register_keras_serializable(package="vrgd_tf",
+                                                                    name=n))
+        if register else None)

@@ -15,8 +15,6 @@ gradient it skips the update while the VRGD state stays as it was.
 Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
-import inspect
-
 import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb as _mg_lamb
@@ -33,20 +31,6 @@ _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
 
 class _TfKerasVRGDMixin(common.VRGDCommon):
     """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
-
-    _vrgd_default_beta_3 = 0.0
-
-    def __init__(self, *args, gamma=0.1, beta_3=None, **kwargs):
-        base = self._vrgd_base_class
-        gamma, beta_3 = self._vrgd_check(
-            gamma, self._vrgd_default_beta_3 if beta_3 is None else beta_3)
-        common.check_base_arguments(base, args, kwargs)
-        params = list(inspect.signature(base.__init__).parameters)
-        if "name" not in kwargs and ("name" not in params
-                                     or len(args) < params.index("name") - 1):
-            kwargs["name"] = type(self).__name__
-        super().__init__(*args, **kwargs)
-        self._vrgd_post_init(gamma, beta_3)
 
     def _create_slots(self, var_list):
         super()._create_slots(var_list)
@@ -74,16 +58,6 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
         if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
             return super()._aggregate_gradients(grads_and_vars)
         return self._vrgd_reduce(grads_and_vars, ctx)
-
-    def get_config(self):
-        config = super().get_config()
-        # Model Garden's LAMB and LARS leave their exclusion lists out of get_config.
-        params = inspect.signature(self._vrgd_base_class.__init__).parameters
-        for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
-            if arg in params and arg not in config:
-                config[arg] = getattr(self, arg, None)
-        config.update(self._vrgd_config())
-        return config
 
 
 def _var_key(variable):
@@ -114,51 +88,28 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
         raise TypeError("`base_class` must be a tf_keras.optimizers.legacy.Optimizer "
                         f"subclass; got {base_class!r}.")
-    gsnr.validate_beta_3(default_beta_3)
-    cls_name = name or "VRGD" + base_class.__name__
-    cls = type(cls_name, (_TfKerasVRGDMixin, base_class), {
-        "_vrgd_base_class": base_class,
-        "_vrgd_default_beta_3": float(default_beta_3),
-        "__signature__": common.vrgd_signature(base_class, float(default_beta_3),
-                                               cls_name),
-        "__doc__": doc or (f"VRGD version of `{base_class.__module__}.{base_class.__name__}`"
-                           f" for tf_keras; extra arguments `gamma` (0, 1], default 0.1, and "
-                           f"`beta_3` [0, 1), default {default_beta_3}."),
-        "__module__": "vrgd_tf.tf_keras" if register else base_class.__module__,
-    })
-    if register:
-        cls = tf_keras.saving.register_keras_serializable(package="vrgd_tf",
-                                                          name=cls_name)(cls)
-    return cls
+    return common.make_vrgd_class(
+        _TfKerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
+        module="vrgd_tf.tf_keras" if register else base_class.__module__,
+        register=(lambda n: tf_keras.saving.register_keras_serializable(package="vrgd_tf",
+                                                                       name=n))
+        if register else None)
 
-
-_COMMON_ARGS = """
-    VRGD arguments (arXiv 2309.13681, spec ``shared/design/VRGD.md``):
-      gamma: float in (0, 1], lower bound of the per-element factor (eq. 9). Default 0.1.
-        ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
-      beta_3: float in [0, 1), decay of the factor's momentum with bias correction
-        (Section 4.2; *our reading*). Default {beta_3}.
-
-    Raises:
-      ValueError, TypeError: at construction, for ``gamma``, ``beta_3`` or a base argument
-        outside its range (the message names it).
-"""
 
 VRGDSGD = make_vrgd_optimizer(tf_keras.optimizers.legacy.SGD, name="VRGDSGD", doc=(
     "VR-SGD / VR-Momentum for tf_keras: `tf_keras.optimizers.legacy.SGD` (`learning_rate`, "
-    "`momentum`, `nesterov`) fed the variance-reduced gradient.\n"
-    + _COMMON_ARGS.format(beta_3=0.0)))
+    "`momentum`, `nesterov`) fed the variance-reduced gradient.\n"))
 VRGDAdam = make_vrgd_optimizer(tf_keras.optimizers.legacy.Adam, name="VRGDAdam",
                                default_beta_3=0.9, doc=(
     "VR-Adam for tf_keras: `tf_keras.optimizers.legacy.Adam` with the factor applied "
-    "before the moment estimates (paper Section 4.2).\n" + _COMMON_ARGS.format(beta_3=0.9)))
+    "before the moment estimates (paper Section 4.2).\n"))
 VRGDLars = make_vrgd_optimizer(_mg_lars.LARS, name="VRGDLars", doc=(
     "VR-LARS for tf_keras: Model Garden's `official.modeling.optimization.lars.LARS` "
     "(`learning_rate`, `momentum`, `weight_decay_rate`, `eeta`, `nesterov`, "
     "`classic_momentum`, `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed "
-    "the variance-reduced gradient.\n" + _COMMON_ARGS.format(beta_3=0.0)))
+    "the variance-reduced gradient.\n"))
 VRGDLamb = make_vrgd_optimizer(_mg_lamb.LAMB, name="VRGDLamb", default_beta_3=0.9, doc=(
     "VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB` "
     "(`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`, "
     "`exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied "
-    "before the moment estimates.\n" + _COMMON_ARGS.format(beta_3=0.9)))
+    "before the moment estimates.\n"))
