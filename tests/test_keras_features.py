@@ -88,11 +88,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         cls, kwargs = ALL[name]
         opt = cls(**kwargs)
         config = opt.get_config()
-        for key, value in kwargs.items():
-            if isinstance(value, float):
-                self.assertAlmostEqual(config[key], value, places=6, msg=key)
-            else:
-                self.assertEqual(config[key], value, key)
+        util.assert_config_has(self, config, kwargs)
         clone = cls.from_config(config)
         self.assertEqual(clone.get_config(), config)
         via_keras = keras.optimizers.deserialize(keras.optimizers.serialize(opt))

@@ -79,11 +79,7 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
     def test_config_round_trip(self, cls, kwargs):
         opt = cls(**kwargs)
         config = opt.get_config()
-        for key, value in kwargs.items():
-            if isinstance(value, float):
-                self.assertAlmostEqual(config[key], value, places=6, msg=key)
-            else:
-                self.assertEqual(config[key], value, key)
+        util.assert_config_has(self, config, kwargs)
         self.assertEqual(cls.from_config(config).get_config(), config)
         clone = tf_keras.optimizers.deserialize(tf_keras.optimizers.serialize(opt),
                                                 use_legacy_optimizer=True)

@@ -72,3 +72,12 @@ def numpy_run(vr, init, grads):
         for n in init:
             w[n] = vr.step(n, w[n], np.asarray(grads[n][i], np.float64))
     return w
+
+
+def assert_config_has(test, config, kwargs):
+    """Every constructor argument in ``kwargs`` comes back from ``get_config``."""
+    for key, value in kwargs.items():
+        if isinstance(value, float):
+            test.assertAlmostEqual(config[key], value, places=6, msg=key)
+        else:
+            test.assertEqual(config[key], value, key)
