@@ -12,7 +12,17 @@ from keras import ops
 from vrgd_tf import validation
 from vrgd_tf.naming import matches_any, variable_name
 
-__all__ = ["Lamb", "trust_ratio"]
+__all__ = ["Lamb", "set_exclusions", "trust_ratio"]
+
+
+def set_exclusions(optimizer, exclude_from_weight_decay, exclude_from_layer_adaptation):
+    """Stores the exclusion lists as Model Garden does: layer adaptation falls back to the
+    weight-decay list when None (the explicit value is kept for ``get_config``)."""
+    as_list = lambda x: None if x is None else list(x)  # noqa: E731
+    optimizer.exclude_from_weight_decay = as_list(exclude_from_weight_decay)
+    optimizer._explicit_layer_adaptation = as_list(exclude_from_layer_adaptation)
+    optimizer.exclude_from_layer_adaptation = (optimizer._explicit_layer_adaptation
+                                               or optimizer.exclude_from_weight_decay)
 
 
 def trust_ratio(weight_norm, update_norm, coefficient=None):
@@ -56,19 +66,12 @@ class Lamb(keras.optimizers.Optimizer):
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LAMB", **kwargs):
         validation.check_optimizer_arguments(dict(locals()))
-        exclude_from_weight_decay = validation.check_exclusion_list(
-            "exclude_from_weight_decay", exclude_from_weight_decay)
-        exclude_from_layer_adaptation = validation.check_exclusion_list(
-            "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
         self.weight_decay_rate = weight_decay_rate
-        self.exclude_from_weight_decay = exclude_from_weight_decay
-        self._explicit_layer_adaptation = exclude_from_layer_adaptation
-        self.exclude_from_layer_adaptation = (exclude_from_layer_adaptation
-                                              or exclude_from_weight_decay)
+        set_exclusions(self, exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     def build(self, var_list):
         if self.built:

@@ -11,7 +11,7 @@ from keras import ops
 
 from vrgd_tf import validation
 from vrgd_tf.naming import matches_any, variable_name
-from vrgd_tf.optimizers.lamb import trust_ratio
+from vrgd_tf.optimizers.lamb import set_exclusions, trust_ratio
 
 __all__ = ["Lars"]
 
@@ -43,20 +43,13 @@ class Lars(keras.optimizers.Optimizer):
                  nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LARS", **kwargs):
         validation.check_optimizer_arguments(dict(locals()))
-        exclude_from_weight_decay = validation.check_exclusion_list(
-            "exclude_from_weight_decay", exclude_from_weight_decay)
-        exclude_from_layer_adaptation = validation.check_exclusion_list(
-            "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.momentum = momentum
         self.weight_decay_rate = weight_decay_rate
         self.eeta = eeta
         self.nesterov = bool(nesterov)
         self.classic_momentum = bool(classic_momentum)
-        self.exclude_from_weight_decay = exclude_from_weight_decay
-        self._explicit_layer_adaptation = exclude_from_layer_adaptation
-        self.exclude_from_layer_adaptation = (exclude_from_layer_adaptation
-                                              or exclude_from_weight_decay)
+        set_exclusions(self, exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     def build(self, var_list):
         if self.built:
