@@ -40,14 +40,14 @@ class FakeReplicaContext:
         self.others = others  # [k - 1][n] arrays
         self.num_replicas_in_sync = len(others) + 1
 
-    def all_reduce(self, op, values):
+    def all_reduce(self, op, value):
+        """``value`` is VRGD's packed float32 buffer ``[x_flat, x_flat**2]``."""
         assert op == tf.distribute.ReduceOp.SUM
-        n = len(values) // 2
-        out = []
-        for i, v in enumerate(values):
-            extra = [o[i % n] ** (1 if i < n else 2) for o in self.others]
-            out.append(v + tf.constant(np.sum(extra, 0), tf.float32))
-        return out
+        extra = 0.0
+        for grads in self.others:
+            flat = np.concatenate([np.ravel(g) for g in grads]).astype(np.float32)
+            extra = extra + np.concatenate([flat, flat * flat])
+        return value + tf.constant(extra, tf.float32)
 
 
 class XlaTest(tf.test.TestCase, parameterized.TestCase):

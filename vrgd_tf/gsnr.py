@@ -67,6 +67,7 @@ __all__ = [
     "VRGDState",
     "dense_gradient",
     "gsnr_factor",
+    "gsnr_factors_flat",
     "smooth_factor",
     "variance_reduce",
     "validate_gamma",
@@ -166,24 +167,39 @@ def dense_gradient(grad) -> tf.Tensor:
     return tf.convert_to_tensor(grad)
 
 
-def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
-                gamma: float) -> Tuple[tf.Tensor, GSNRStatistics]:
-    """The VRGD factor of one variable from its cross-replica sums (eqs. 7 to 9).
+def _sizes(tensors) -> List[int]:
+    sizes = [t.shape.num_elements() for t in tensors]
+    if any(n is None for n in sizes):
+        raise ValueError("VRGD needs gradients with static shapes (as XLA and TPUs do); got "
+                         f"shapes {[t.shape for t in tensors]}.")
+    return sizes
 
-    Pure element-wise math, no collective: usable inside ``tf.function(jit_compile=True)``.
+
+def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int,
+                      gamma: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
+
+    The element-wise math runs once over all elements; the per-variable means use segment
+    sums. Pure math, no collective: usable inside ``tf.function(jit_compile=True)``.
 
     Args:
-      s1: float32 tensor, any shape: ``sum_d x_d`` over the ``num_replicas`` replicas.
-      s2: float32 tensor, same shape: ``sum_d x_d**2``.
+      s1: float32 tensor ``[N]``: ``sum_d x_d`` over the ``num_replicas`` replicas, the
+        variables' flattened gradients concatenated, ``N = sum(sizes)``.
+      s2: float32 tensor ``[N]``: ``sum_d x_d**2``, packed the same way.
+      sizes: Python ints, the number of elements of each of the ``n`` variables.
       num_replicas: Python int >= 2, the number ``k`` of replicas summed.
       gamma: Python float in (0, 1], the lower bound of the factor.
 
     Returns:
-      ``(factor, stats)``: ``factor`` is float32 of the shape of ``s1``, with values in
-      ``[gamma, 1]`` and exactly 1 wherever the GSNR is undefined; ``stats`` is a
-      :class:`GSNRStatistics`.
+      ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
+      exactly 1 wherever the GSNR is undefined; ``stats`` is float32 ``[n, 3]``, one
+      :class:`GSNRStatistics` row (mean GSNR, fraction at gamma, fraction at 1) per variable.
     """
+    n = len(sizes)
     k = float(num_replicas)
+    segments = tf.repeat(tf.range(n, dtype=tf.int32), sizes)  # made at run time
+    size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
+
     mean = s1 / k
     mean_sq = s2 / k
     variance = mean_sq - tf.square(mean)
@@ -193,63 +209,72 @@ def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
     safe_variance = tf.where(defined, variance, tf.ones_like(variance))
     ratio = tf.where(defined, tf.square(mean) / safe_variance, tf.zeros_like(variance))
 
-    defined_f = tf.cast(defined, tf.float32)
-    num_defined = tf.reduce_sum(defined_f)
-    mean_ratio = tf.math.divide_no_nan(tf.reduce_sum(ratio), num_defined)
+    num_defined = tf.math.unsorted_segment_sum(tf.cast(defined, tf.float32), segments, n)
+    mean_ratio = tf.math.divide_no_nan(tf.math.unsorted_segment_sum(ratio, segments, n),
+                                       num_defined)
     usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
     safe_mean_ratio = tf.where(usable, mean_ratio, tf.ones_like(mean_ratio))
 
-    normalised = ratio / safe_mean_ratio
-    clipped = tf.clip_by_value(normalised, gamma, 1.0)
-    use = defined & usable
-    factor = tf.where(use, clipped, tf.ones_like(clipped))
+    normalised = ratio / tf.gather(safe_mean_ratio, segments)
+    use = defined & tf.gather(usable, segments)
+    factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), tf.ones_like(normalised))
 
-    size = tf.cast(tf.size(factor), tf.float32)
-    at_gamma = use & (normalised <= gamma) if gamma < 1.0 else tf.zeros_like(use)
-    stats = GSNRStatistics(
-        mean_gsnr=mean_ratio,
-        frac_at_gamma=tf.math.divide_no_nan(
-            tf.reduce_sum(tf.cast(at_gamma, tf.float32)), size),
-        frac_at_one=tf.math.divide_no_nan(
-            tf.reduce_sum(tf.cast(factor >= 1.0, tf.float32)), size),
-    )
+    at_gamma = (tf.cast(use & (normalised <= gamma), tf.float32) if gamma < 1.0
+                else tf.zeros_like(factor))
+    at_one = tf.cast(factor >= 1.0, tf.float32)
+    stats = tf.stack([
+        mean_ratio,
+        tf.math.unsorted_segment_sum(at_gamma, segments, n) / size_f,
+        tf.math.unsorted_segment_sum(at_one, segments, n) / size_f,
+    ], axis=1)
     return factor, stats
 
 
-def smooth_factor(factor: tf.Tensor, deficit, correction, beta_3: float, gamma: float,
-                  commit=None) -> tf.Tensor:
-    """Advances the factor momentum and returns the bias-corrected factor ``p_hat``.
+def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
+                gamma: float) -> Tuple[tf.Tensor, GSNRStatistics]:
+    """The VRGD factor of one variable from its cross-replica sums (eqs. 7 to 9).
+
+    :func:`gsnr_factors_flat` for a single variable.
+
+    Args:
+      s1: float32 tensor, any static shape: ``sum_d x_d`` over the ``num_replicas`` replicas.
+      s2: float32 tensor, same shape: ``sum_d x_d**2``.
+      num_replicas: Python int >= 2, the number ``k`` of replicas summed.
+      gamma: Python float in (0, 1], the lower bound of the factor.
+
+    Returns:
+      ``(factor, stats)``: ``factor`` is float32 of the shape of ``s1``, with values in
+      ``[gamma, 1]`` and exactly 1 wherever the GSNR is undefined; ``stats`` is a
+      :class:`GSNRStatistics`.
+    """
+    factor, stats = gsnr_factors_flat(tf.reshape(s1, [-1]), tf.reshape(s2, [-1]),
+                                      _sizes([s1]), num_replicas, gamma)
+    return tf.reshape(factor, tf.shape(s1)), GSNRStatistics(*tf.unstack(stats[0]))
+
+
+def smooth_factor(factor: tf.Tensor, deficit: tf.Tensor, correction: tf.Tensor,
+                  beta_3: float, gamma: float) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """One step of the factor momentum; returns ``(p_hat, new_deficit, new_correction)``.
 
     Implements ``p_t = beta_3 p_{t-1} + (1 - beta_3) f_t``, ``p_hat = p_t / (1 - beta_3**t)``
     (spec section 3, *our reading*) in the deficit form described in the module docstring.
-    Runs in the replica context and writes only replica-local state.
+    Pure math: the caller reads and writes the state.
 
     Args:
       factor: float32 tensor ``f_t``, values in [gamma, 1].
-      deficit: float32 variable of the same shape, ``d_{t-1}``; assigned ``d_t``.
-      correction: float32 scalar variable ``c_{t-1} = 1 - beta_3**(t-1)``; assigned ``c_t``.
+      deficit: float32 tensor of the same shape, ``d_{t-1}``.
+      correction: float32 tensor broadcastable to it, ``c_{t-1} = 1 - beta_3**(t-1)``.
       beta_3: Python float in (0, 1).
       gamma: Python float in (0, 1], the lower bound of ``factor``.
-      commit: None, or a boolean scalar tensor; where False the state keeps its old value
-        (a step that will be skipped must not advance the momentum).
 
     Returns:
-      float32 tensor ``p_hat_t``, same shape as ``factor``, values in [gamma, 1].
+      ``p_hat_t`` (values in [gamma, 1]), ``d_t`` and ``c_t``, float32.
     """
     new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
     new_correction = beta_3 * correction + (1.0 - beta_3)
-    _assign_if(deficit, new_deficit, commit)
-    _assign_if(correction, new_correction, commit)
     p_hat = 1.0 - new_deficit / new_correction
     # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
-    return tf.clip_by_value(p_hat, gamma, 1.0)
-
-
-def _assign_if(variable, value, commit):
-    """``variable.assign(value)`` if ``commit`` (a boolean scalar tensor or None) holds."""
-    if commit is not None:
-        value = tf.where(commit, value, tf.convert_to_tensor(variable))
-    variable.assign(value)
+    return tf.clip_by_value(p_hat, gamma, 1.0), new_deficit, new_correction
 
 
 class VRGDState:
@@ -313,8 +338,9 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
     gradients. With ``k`` replicas in sync it makes exactly one
     ``replica_context.all_reduce(SUM, ...)`` call over the ``2 n`` float32 tensors
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]``, computes the factor of every variable
-    (:func:`gsnr_factor`), smooths it if ``beta_3 > 0`` (:func:`smooth_factor`), records the
+    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` packed in one buffer, computes the factors of all
+    variables at once (:func:`gsnr_factors_flat`), smooths them if ``beta_3 > 0``
+    (:func:`smooth_factor`), records the
     diagnostics in ``state`` and returns ``u = factor * S1``. If any summed gradient is not
     finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
     non-finite values pass through to the caller.
@@ -350,21 +376,32 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     if not grads:
         return []
     dense = [dense_gradient(g) for g in grads]
-    x32 = [tf.cast(g, tf.float32) for g in dense]
-    sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, x32 + [tf.square(x) for x in x32])
-    n = len(x32)
+    sizes = _sizes(dense)
+    total = sum(sizes)
+    flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
+    # One collective of one packed buffer [x, x**2] (float32 whatever the gradient dtype).
+    sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
+    s1, s2 = sums[:total], sums[total:]
+    factor, stats = gsnr_factors_flat(s1, s2, sizes, k, gamma)
+
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
-    all_finite = tf.reduce_all(tf.stack(
-        [tf.reduce_all(tf.math.is_finite(s)) for s in sums[:n]]))
-    outputs = []
-    for i, (grad, var) in enumerate(zip(dense, variables)):
-        s1, s2 = sums[i], sums[n + i]
-        factor, stats = gsnr_factor(s1, s2, k, gamma)
-        j = state.index(var)
-        if beta_3 > 0.0:
-            factor = smooth_factor(factor, state.deficits[j], state.corrections[j], beta_3,
-                                   gamma, commit=all_finite)
-        _assign_if(state.statistics[j], stats.stack(), all_finite)
-        outputs.append(tf.cast(factor * s1, grad.dtype))
-    return outputs
+    keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(s1)))
+    index = [state.index(v) for v in variables]
+    if beta_3 > 0.0:
+        old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
+        old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
+        factor, new_deficit, _ = smooth_factor(
+            factor, old_deficit, tf.repeat(old_correction, sizes), beta_3, gamma)
+        new_correction = beta_3 * old_correction + (1.0 - beta_3)
+        new_deficit = tf.where(keep, old_deficit, new_deficit)
+        new_correction = tf.where(keep, old_correction, new_correction)
+        for j, part, c in zip(index, tf.split(new_deficit, sizes), tf.unstack(new_correction)):
+            state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
+            state.corrections[j].assign(c)
+    old_stats = tf.stack([tf.convert_to_tensor(state.statistics[j]) for j in index])
+    for j, row in zip(index, tf.unstack(tf.where(keep, old_stats, stats))):
+        state.statistics[j].assign(row)
+
+    return [tf.cast(tf.reshape(part, tf.shape(g)), g.dtype)
+            for g, part in zip(dense, tf.split(factor * s1, sizes))]
