@@ -92,6 +92,8 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
             vtk.VRGDLars(exclude_from_weight_decay="bias")
         with self.assertRaisesRegex(ValueError, "learning_rate"):
             vtk.VRGDSGD(learning_rate=-0.1)
+        with self.assertRaisesRegex(ValueError, "gradient_aggregator"):
+            vtk.VRGDSGD(gradient_aggregator=lambda gv: gv)
 
     def test_checkpoint_restores_exactly_under_mirrored(self):
         init, grads = make_problem(4, seed=8, steps=4)
@@ -115,6 +117,34 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
             np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy())
         names = [w.name for w in opt2.weights]
         self.assertTrue(any("vrgd_deficit" in n for n in names), names)
+
+
+class StateNamingTest(tf.test.TestCase):
+
+    def test_state_restores_by_variable_name_whatever_the_gradient_order(self):
+        """The state is named after the model variable, not by first-gradient position."""
+        init, grads = make_problem(2, seed=12, steps=2)
+        strategy = util.strategy_for(2)
+        variables, opt = util.run_custom_loop(strategy, lambda: vtk.VRGDLamb(learning_rate=0.01),
+                                              init, grads, make_variable=tf_variable)
+        path = tf.train.Checkpoint(optimizer=opt, **variables).save(
+            os.path.join(tempfile.mkdtemp(), "ckpt"))
+        with strategy.scope():
+            fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
+            opt2 = vtk.VRGDLamb(learning_rate=0.01)
+        status = tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path)
+        # the first run created kernel's state first; here bias gets the first gradient
+        with strategy.scope():
+            opt2._create_all_weights([fresh["bias"]])
+            opt2._create_all_weights([fresh["kernel"], fresh["bias"]])
+        status.assert_existing_objects_matched()
+        key = lambda w: "vrgd_" + w.name.split("vrgd_", 1)[1]  # noqa: E731  (scope differs)
+        by_name = {key(w): w.numpy() for w in opt.weights if "vrgd_" in w.name}
+        restored = {key(w): w.numpy() for w in opt2.weights if "vrgd_" in w.name}
+        self.assertEqual(sorted(by_name), sorted(restored))
+        self.assertIn("vrgd_deficit/kernel:0", by_name)
+        for name, value in by_name.items():
+            np.testing.assert_array_equal(restored[name], value, err_msg=name)
 
 
 class LegacyKerasSwitchTest(tf.test.TestCase):

@@ -32,6 +32,9 @@ def check_base_arguments(base_cls, args, kwargs) -> None:
         raise TypeError(f"{base_cls.__name__}: {e}") from e
     values = dict(bound.arguments)
     values.update(values.pop("kwargs", {}) or {})
+    if values.get("gradient_aggregator") is not None:
+        raise ValueError("`gradient_aggregator` cannot be combined with VRGD: VRGD replaces "
+                         "the cross-replica aggregation with its GSNR step.")
     validation.check_optimizer_arguments(values)
 
 

@@ -23,6 +23,7 @@ from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common
 from vrgd_tf import gsnr
+from vrgd_tf import naming
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -39,10 +40,17 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
         self._vrgd_state.add_variables(var_list)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
+        # Named after the model variable (unique in a tf_keras model), so a checkpoint
+        # restores by name whatever order the variables first got gradients in.
+        names = self.__dict__.setdefault("_vrgd_names", set())
+        name = f"vrgd_{kind}/{naming.variable_name(reference)}"
+        if name in names:
+            name = f"{name}_{index}"
+        names.add(name)
         strategy = tf.distribute.get_strategy()
         with strategy.extended.colocate_vars_with(reference):
             variable = self.add_weight(
-                name=f"vrgd_{kind}_{index}", shape=shape, dtype=tf.float32,
+                name=name, shape=shape, dtype=tf.float32,
                 initializer="zeros", trainable=False,
                 synchronization=tf.VariableSynchronization.ON_READ,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
