@@ -142,7 +142,7 @@ class StateNamingTest(tf.test.TestCase):
         by_name = {key(w): w.numpy() for w in opt.weights if "vrgd_" in w.name}
         restored = {key(w): w.numpy() for w in opt2.weights if "vrgd_" in w.name}
         self.assertEqual(sorted(by_name), sorted(restored))
-        self.assertIn("vrgd_deficit/kernel:0", by_name)
+        self.assertIn("vrgd_deficit_kernel:0", by_name)
         for name, value in by_name.items():
             np.testing.assert_array_equal(restored[name], value, err_msg=name)
 

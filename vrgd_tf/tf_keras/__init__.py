@@ -43,7 +43,7 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
         # Named after the model variable (unique in a tf_keras model), so a checkpoint
         # restores by name whatever order the variables first got gradients in.
         names = self.__dict__.setdefault("_vrgd_names", set())
-        name = f"vrgd_{kind}/{naming.variable_name(reference)}"
+        name = f"vrgd_{kind}_{naming.variable_name(reference).replace('/', '_')}"
         if name in names:
             name = f"{name}_{index}"
         names.add(name)

@@ -1,0 +1,206 @@
+"""Model Garden config dataclasses for the VRGD optimizers.
+
+Each VRGD config extends Model Garden's config of its base optimizer
+(``official.modeling.optimization.configs.optimizer_config``) with the two VRGD arguments
+(spec ``shared/design/VRGD.md`` sections 2 and 3):
+
+* ``gamma``: lower bound of the per-element factor, in (0, 1]; paper default 0.1.
+* ``beta_3``: decay of the factor's momentum, in [0, 1); 0.9 for VR-Adam/VR-LAMB (paper
+  Section 4.2), 0 (the raw per-step factor) for VR-SGD/VR-LARS.
+
+``OptimizerFactory`` passes every field of the selected config to the optimizer's
+constructor as a keyword argument, so the field names are exactly the constructor
+arguments of :mod:`vrgd_tf.tf_keras`'s classes.
+
+The one-of :class:`VRGDOptimizerConfig` is Model Garden's ``OptimizerConfig`` plus the fields
+``vrgd_sgd``, ``vrgd_adam``, ``vrgd_lars`` and ``vrgd_lamb``; every base type (``lamb``,
+``lars``, ``sgd``, ...) stays available, so one experiment runs both the VRGD optimizer
+and its baseline. :class:`VRGDOptimizationConfig`, :class:`VRGDTrainerConfig` and
+:class:`VRGDExperimentConfig` carry it up to the experiment, so that YAML files and
+``--params_override`` strings with ``vrgd_*`` keys validate (strictly: an unknown key is
+a ``KeyError`` naming it) and a config rebuilt from ``as_dict()`` keeps those fields. Unlike
+Model Garden's configs, these optimizer-side configs are strict when built from a dict too.
+"""
+
+import dataclasses
+from official.core import config_definitions as cfg
+from official.modeling.optimization.configs import optimization_config as mg_opt_cfg
+from official.modeling.optimization.configs import optimizer_config as mg_cfg
+
+from vrgd_tf import gsnr
+
+__all__ = [
+    "VRGDSGDConfig",
+    "VRGDAdamConfig",
+    "VRGDLarsConfig",
+    "VRGDLambConfig",
+    "VRGD_CONFIG_FIELDS",
+    "VRGDOptimizerConfig",
+    "VRGDOptimizationConfig",
+    "VRGDTrainerConfig",
+    "VRGDExperimentConfig",
+    "check_optimization_config",
+]
+
+
+class _StrictFromDict:
+    """Makes ``Config(dict)`` strict: an unknown key is a ``KeyError`` naming it.
+
+    Model Garden's ``Config(default_params)`` silently adds unknown keys (it overrides with
+    ``is_strict=False``); for an optimizer config such a key would only fail later, as an
+    unexpected keyword argument of the optimizer. Overrides (YAML, ``--params_override``,
+    ``override(..., is_strict=True)``) are strict in Model Garden already.
+    """
+
+    def __post_init__(self, default_params, restrictions):
+        super().__post_init__(None, restrictions)
+        if default_params:
+            self.override(default_params, is_strict=True)
+
+
+@dataclasses.dataclass
+class VRGDSGDConfig(_StrictFromDict, mg_cfg.SGDConfig):
+    """VR-SGD / VR-Momentum (``vrgd_tf.tf_keras.VRGDSGD``): ``SGDConfig`` plus VRGD fields.
+
+    Attributes:
+      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
+      beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
+    """
+    name: str = "VRGDSGD"
+    gamma: float = 0.1
+    beta_3: float = 0.0
+
+
+@dataclasses.dataclass
+class VRGDAdamConfig(_StrictFromDict, mg_cfg.AdamConfig):
+    """VR-Adam (``vrgd_tf.tf_keras.VRGDAdam``): ``AdamConfig`` plus VRGD fields.
+
+    Attributes:
+      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
+      beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
+    """
+    name: str = "VRGDAdam"
+    gamma: float = 0.1
+    beta_3: float = 0.9
+
+
+@dataclasses.dataclass
+class VRGDLarsConfig(_StrictFromDict, mg_cfg.LARSConfig):
+    """VR-LARS (``vrgd_tf.tf_keras.VRGDLars``): ``LARSConfig`` plus VRGD fields.
+
+    Attributes:
+      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
+      beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
+    """
+    name: str = "VRGDLars"
+    gamma: float = 0.1
+    beta_3: float = 0.0
+
+
+@dataclasses.dataclass
+class VRGDLambConfig(_StrictFromDict, mg_cfg.LAMBConfig):
+    """VR-LAMB (``vrgd_tf.tf_keras.VRGDLamb``): ``LAMBConfig`` plus VRGD fields.
+
+    Attributes:
+      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
+      beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
+    """
+    name: str = "VRGDLamb"
+    gamma: float = 0.1
+    beta_3: float = 0.9
+
+
+#: One-of field name -> config class, for the four VRGD optimizers.
+VRGD_CONFIG_FIELDS = {
+    "vrgd_sgd": VRGDSGDConfig,
+    "vrgd_adam": VRGDAdamConfig,
+    "vrgd_lars": VRGDLarsConfig,
+    "vrgd_lamb": VRGDLambConfig,
+}
+
+
+@dataclasses.dataclass
+class VRGDOptimizerConfig(_StrictFromDict, mg_opt_cfg.OptimizerConfig):
+    """Model Garden's optimizer one-of plus the VRGD optimizers.
+
+    Attributes:
+      type: one of the field names: ``vrgd_sgd``, ``vrgd_adam``, ``vrgd_lars``,
+        ``vrgd_lamb`` or any of Model Garden's (``sgd``, ``adam``, ``lamb``, ``lars``, ...).
+      vrgd_sgd: VR-SGD config.
+      vrgd_adam: VR-Adam config.
+      vrgd_lars: VR-LARS config.
+      vrgd_lamb: VR-LAMB config.
+    """
+    vrgd_sgd: VRGDSGDConfig = dataclasses.field(default_factory=VRGDSGDConfig)
+    vrgd_adam: VRGDAdamConfig = dataclasses.field(default_factory=VRGDAdamConfig)
+    vrgd_lars: VRGDLarsConfig = dataclasses.field(default_factory=VRGDLarsConfig)
+    vrgd_lamb: VRGDLambConfig = dataclasses.field(default_factory=VRGDLambConfig)
+
+
+@dataclasses.dataclass
+class VRGDOptimizationConfig(_StrictFromDict, mg_opt_cfg.OptimizationConfig):
+    """Model Garden's ``OptimizationConfig`` whose optimizer one-of has the VRGD fields."""
+    optimizer: VRGDOptimizerConfig = dataclasses.field(default_factory=VRGDOptimizerConfig)
+
+
+@dataclasses.dataclass
+class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
+    """Model Garden's ``TrainerConfig`` carrying a :class:`VRGDOptimizationConfig`."""
+    optimizer_config: VRGDOptimizationConfig = dataclasses.field(
+        default_factory=VRGDOptimizationConfig)
+
+
+def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
+                              path: str = "trainer.optimizer_config") -> None:
+    """Checks the selected optimizer type and the VRGD arguments before anything is built.
+
+    Model Garden only looks the type up when the optimizer is built, deep inside the
+    trainer; this check fails at config time instead, naming the key.
+
+    Args:
+      config: an ``OptimizationConfig`` (normally a :class:`VRGDOptimizationConfig`).
+      path: dotted path of ``config`` used in the messages.
+
+    Raises:
+      KeyError: ``optimizer.type`` is not one of the one-of's fields (names the
+        known ones).
+      ValueError, TypeError: ``gamma`` or ``beta_3`` of the selected VRGD optimizer is out
+        of range (names the key).
+    """
+    one_of = config.optimizer
+    opt_type = one_of.type
+    if opt_type is None:
+        return
+    fields = sorted(k for k in one_of.__dict__
+                    if k not in one_of.RESERVED_ATTR and k != "type")
+    if opt_type not in fields:
+        raise KeyError(f"{path}.optimizer.type: unknown optimizer type {opt_type!r}; "
+                       f"known types: {', '.join(fields)}.")
+    if opt_type in VRGD_CONFIG_FIELDS:
+        selected = one_of.get()
+        prefix = f"{path}.optimizer.{opt_type}"
+        try:
+            gsnr.validate_gamma(selected.gamma)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{prefix}.gamma: {e}") from e
+        try:
+            gsnr.validate_beta_3(selected.beta_3)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{prefix}.beta_3: {e}") from e
+
+
+@dataclasses.dataclass
+class VRGDExperimentConfig(cfg.ExperimentConfig):
+    """Model Garden's ``ExperimentConfig`` with a :class:`VRGDTrainerConfig`.
+
+    ``validate()`` (called by Model Garden's ``train_utils.parse_configuration``) also runs
+    :func:`check_optimization_config` on ``trainer.optimizer_config``.
+    """
+    trainer: VRGDTrainerConfig = dataclasses.field(default_factory=VRGDTrainerConfig)
+
+    def validate(self):
+        # First, so that an unknown optimizer type gets the message that lists the known
+        # ones rather than Model Garden's one-of error.
+        check_optimization_config(self.trainer.optimizer_config)
+        super().validate()
+
