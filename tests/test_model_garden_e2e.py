@@ -18,7 +18,6 @@ VRGD variable (``vrgd_*``), on every replica, equals the value stored in the che
 
 import glob
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -185,7 +184,7 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"),
                          FIRST_STEPS)
         vrgd_keys = [k for k in reader.get_variable_to_shape_map()
-                     if k.startswith("optimizer/") and "vrgd_" in k]
+                     if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k]
         self.assertNotEmpty(vrgd_keys)
         # train_and_eval evaluated at the end.
         self.assertIn(f" eval | step: {FIRST_STEPS: 6d} |", run.output)
@@ -212,7 +211,8 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         reader = self._check_restart("bert")
         # VR-LAMB (beta_3 = 0.9): c_t = 1 - 0.9**t for every variable, so a restored state
         # reads 1 - 0.9**40 after 10 more steps, a fresh one 1 - 0.9**10.
-        keys = [k for k in reader.get_variable_to_shape_map() if "vrgd_correction_" in k]
+        keys = [k for k in reader.get_variable_to_shape_map()
+                if "/.OPTIMIZER_SLOT/optimizer/vrgd_correction/" in k]
         self.assertNotEmpty(keys)
         for key in keys:
             self.assertAllClose(reader.get_tensor(key), 1.0 - 0.9 ** SECOND_STEPS, rtol=1e-5)
@@ -253,22 +253,25 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         self.assertEqual(int(global_step.numpy()), FIRST_STEPS)
         self.assertEqual(int(optimizer.iterations.numpy()), FIRST_STEPS)
         reader = tf.train.load_checkpoint(self.saved[name])
-        stored = {k.split("/")[1]: reader.get_tensor(k)
-                  for k in reader.get_variable_to_shape_map()
-                  if k.startswith("optimizer/") and "vrgd_" in k}
-        by_name = {}
-        for var in optimizer.weights:
-            short = re.sub(r":\d+$", "", var.name).split("/")[-1]
-            if short.startswith("vrgd_"):
-                by_name[short] = var
-        self.assertNotEmpty(by_name)
-        self.assertEqual(set(stored), set(by_name))
-        for short, value in stored.items():
-            var = by_name[short]
-            components = var.values if hasattr(var, "values") else [var]
-            self.assertLen(components, 2)  # one copy per replica, both restored
-            for component in components:
-                self.assertAllEqual(component.numpy(), value, msg=short)
+        # The VRGD state is saved as slots of the model variables, as LAMB's m and v are.
+        stored = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+                  if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k}
+        self.assertNotEmpty(stored)
+        restored = 0
+        for var in variables:
+            for slot_name in ("vrgd_statistics", "vrgd_deficit", "vrgd_correction"):
+                try:
+                    slot = optimizer.get_slot(var, slot_name)
+                except KeyError:
+                    continue
+                components = slot.values if hasattr(slot, "values") else [slot]
+                self.assertLen(components, 2)  # one copy per replica, both restored
+                self.assertTrue(any(np.array_equal(components[0].numpy(), v)
+                                    for v in stored.values()), slot.name)
+                for component in components[1:]:
+                    self.assertAllEqual(component.numpy(), components[0].numpy())
+                restored += 1
+        self.assertEqual(restored, len(stored))
         # Something non-trivial was restored (not the zeros of a fresh optimizer).
         self.assertTrue(any(np.any(v != 0) for v in stored.values()))
 

@@ -121,8 +121,8 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
 
 class StateNamingTest(tf.test.TestCase):
 
-    def test_state_restores_by_variable_name_whatever_the_gradient_order(self):
-        """The state is named after the model variable, not by first-gradient position."""
+    def test_state_restores_as_slots_whatever_the_gradient_order(self):
+        """The state is a slot of its model variable, not keyed by first-gradient position."""
         init, grads = make_problem(2, seed=12, steps=2)
         strategy = util.strategy_for(2)
         variables, opt = util.run_custom_loop(strategy, lambda: vtk.VRGDLamb(learning_rate=0.01),
@@ -138,11 +138,11 @@ class StateNamingTest(tf.test.TestCase):
             opt2._create_all_weights([fresh["bias"]])
             opt2._create_all_weights([fresh["kernel"], fresh["bias"]])
         status.assert_existing_objects_matched()
-        key = lambda w: "vrgd_" + w.name.split("vrgd_", 1)[1]  # noqa: E731  (scope differs)
+        key = lambda w: w.name.split("VRGDLamb/")[-1]  # noqa: E731  (name scope differs)
         by_name = {key(w): w.numpy() for w in opt.weights if "vrgd_" in w.name}
         restored = {key(w): w.numpy() for w in opt2.weights if "vrgd_" in w.name}
         self.assertEqual(sorted(by_name), sorted(restored))
-        self.assertIn("vrgd_deficit_kernel:0", by_name)
+        self.assertIn("kernel/vrgd_deficit:0", by_name)
         for name, value in by_name.items():
             np.testing.assert_array_equal(restored[name], value, err_msg=name)
 

@@ -1,7 +1,6 @@
 """XLA: every optimizer step and the full GSNR step compile with jit_compile=True (the
 stand-in for TPU) and equal the uncompiled step."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized

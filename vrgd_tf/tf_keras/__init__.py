@@ -23,7 +23,6 @@ from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common
 from vrgd_tf import gsnr
-from vrgd_tf import naming
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -40,21 +39,30 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
         self._vrgd_state.add_variables(var_list)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
-        # Named after the model variable (unique in a tf_keras model), so a checkpoint
-        # restores by name whatever order the variables first got gradients in.
-        names = self.__dict__.setdefault("_vrgd_names", set())
-        name = f"vrgd_{kind}_{naming.variable_name(reference).replace('/', '_')}"
-        if name in names:
-            name = f"{name}_{index}"
-        names.add(name)
-        strategy = tf.distribute.get_strategy()
-        with strategy.extended.colocate_vars_with(reference):
-            variable = self.add_weight(
-                name=name, shape=shape, dtype=tf.float32,
-                initializer="zeros", trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        self._weights.append(variable)  # as add_slot does: in weights/get_weights
+        """A replica-local slot ``vrgd_<kind>`` of ``reference``.
+
+        Registered exactly as ``OptimizerV2.add_slot`` registers slots (``add_slot`` itself
+        cannot make ON_READ variables), so checkpoints key the state to its model variable
+        object, like the base optimizer's own slots, and restore it (deferred if need be)
+        whatever the variables' names or the order they first get gradients in.
+        """
+        slot_name = f"vrgd_{kind}"
+        if slot_name not in self._slot_names:
+            self._slot_names.append(slot_name)
+        slot_dict = self._slots.setdefault(_var_key(reference), {})
+        if slot_name in slot_dict:
+            return slot_dict[slot_name]
+        with self._distribution_strategy_scope():
+            strategy = tf.distribute.get_strategy()
+            with strategy.extended.colocate_vars_with(reference):
+                variable = tf.Variable(
+                    tf.zeros(shape, tf.float32), name=f"{reference._shared_name}/{slot_name}",
+                    trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        slot_dict[slot_name] = variable
+        self._restore_slot_variable(slot_name=slot_name, variable=reference,
+                                    slot_variable=variable)
+        self._weights.append(variable)
         return variable
 
     def _aggregate_gradients(self, grads_and_vars):
