@@ -1,0 +1,614 @@
+r"""Step time and peak memory of VR-X relative to X, with the extra time broken into parts.
+
+Step time: for every model and optimizer pair, the variants of ``variants.py`` (base; base +
+all-reduce of the squares; full VR; VR without diagnostics; a packed VR proposal) are built
+side by side in ONE process on the same MirroredStrategy (logical CPU replicas,
+``ReductionToOneDevice``), from the same initial weights and a fixed batch. Each is a
+``tf.function`` that runs ``--steps`` train steps (``strategy.run`` in a ``tf.range`` loop).
+After two untimed warm-up calls (tracing), ``--reps`` repetitions time every variant once,
+in a rotating order, so that machine load affects all of them alike; the ratio
+variant/base is taken within each repetition and summarised by min / median / max.
+
+Peak memory: the process RSS high-water mark (``VmHWM`` of ``/proc/self/status``; not
+``ru_maxrss``, which on Linux keeps the parent's high-water mark across fork + exec) of a
+separate subprocess per variant and repetition, interleaved; also the high-water mark minus
+the RSS just before the model was built (the training increment). Exact optimizer-state
+bytes (all replica copies) are recorded with the timings.
+``tf.config.experimental.get_memory_info`` is not available for CPU devices (TF raises
+"Allocator stats not available"), which is checked and recorded.
+
+Models: ``cnn1d`` (the sweep's 1-D CNN on MNIST-1D shaped input), ``resnet20`` (Keras 3
+ResNet-20, CIFAR layout, on scikit-learn digits upscaled to 32x32x3) and ``bert_tiny``
+(Model Garden ``BertEncoder`` 2 layers x 128 hidden with ``BertPretrainerV2``'s tied MLM head,
+tf_keras; ``vrgd_tf.tf_keras.VRGDLamb`` vs Model Garden ``lamb.LAMB``; random token ids, run
+in a child process).
+
+Examples:
+  python benchmarks/overhead.py --quick
+  python benchmarks/overhead.py
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("quick", False, "Small, fast configuration (minutes).")
+flags.DEFINE_string("out", None, "JSON results. Default benchmarks/results/overhead.json "
+                    "(overhead_quick.json with --quick).")
+flags.DEFINE_list("models", ["cnn1d", "resnet20", "bert_tiny"], "Models to time.")
+flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Pairs for cnn1d.")
+flags.DEFINE_list("resnet_pairs", ["lars", "lamb"], "Pairs for resnet20.")
+flags.DEFINE_list("variants", ["base", "sq", "vr", "vr_fix", "vr_nodiag", "vr_unpacked"],
+                  "Variants for cnn1d (see variants.py); base is required.")
+flags.DEFINE_list("resnet_variants", ["base", "sq", "vr", "vr_fix", "vr_nodiag",
+                                      "vr_unpacked"],
+                  "Variants for the ResNet.")
+flags.DEFINE_list("bert_variants", ["base", "base_allreduce", "sq", "vr", "vr_fix",
+                                    "vr_nodiag", "vr_unpacked"],
+                  "Variants for bert_tiny (tf_keras; base_allreduce only exists there).")
+flags.DEFINE_list("memory_models", ["cnn1d", "resnet20", "bert_tiny"],
+                  "Models measured for memory (those also in --models).")
+flags.DEFINE_integer("replicas", 8, "Logical CPU replicas.")
+flags.DEFINE_integer("reps", 7, "Timed repetitions per variant (>= 5 for the report).")
+flags.DEFINE_list("cnn_batches", ["512", "8192"], "Global batches for cnn1d.")
+flags.DEFINE_integer("cnn_steps", 20, "Steps per timed call, cnn1d, up to batch 1024; "
+                     "scaled by 1024/batch (at least 4) above.")
+flags.DEFINE_integer("resnet_batch", 64, "Global batch, resnet20.")
+flags.DEFINE_integer("resnet_depth", 20, "ResNet depth (6n+2); the model is still called "
+                     "resnet20 in --models.")
+flags.DEFINE_integer("resnet_steps", 4, "Steps per timed call, resnet20.")
+flags.DEFINE_integer("bert_batch", 64, "Global batch, bert_tiny.")
+flags.DEFINE_integer("bert_reps", 5, "Timed repetitions, bert_tiny.")
+flags.DEFINE_integer("bert_seq", 128, "Sequence length, bert_tiny.")
+flags.DEFINE_integer("bert_steps", 4, "Steps per timed call, bert_tiny.")
+flags.DEFINE_bool("memory", True, "Measure peak RSS in subprocesses.")
+flags.DEFINE_integer("memory_reps", 2, "Subprocesses per variant for memory.")
+flags.DEFINE_list("memory_variants", ["base", "vr", "vr_fix"],
+                  "Variants measured for memory.")
+flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
+flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
+flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
+# Internal: child processes.
+flags.DEFINE_enum("child", None, ["memory", "bert"], "Internal: run as a child process.")
+flags.DEFINE_string("child_model", None, "Internal.")
+flags.DEFINE_string("child_pair", None, "Internal.")
+flags.DEFINE_string("child_variant", None, "Internal.")
+flags.DEFINE_integer("child_batch", None, "Internal.")
+
+QUICK = dict(pairs=["momentum", "lamb"], resnet_pairs=["lamb"], reps=5,
+             cnn_batches=["512"], cnn_steps=10, resnet_steps=2, bert_steps=2,
+             memory_reps=1, memory_pairs=["lamb"], memory_steps=4, bert_batch=16,
+             resnet_depth=8, bert_seq=64, resnet_variants=["base", "vr", "vr_fix"],
+             bert_variants=["base", "vr", "vr_fix"], memory_models=["cnn1d"],
+             memory_cnn_batches=["512"], bert_reps=5)
+
+#: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
+TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
+RESULT_TAG = "RESULT_JSON:"
+
+
+def _apply_quick():
+    if not FLAGS.quick:
+        return
+    for name, value in QUICK.items():
+        if not FLAGS[name].present:
+            FLAGS[name].value = value
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def _rss_kb():
+    return _status_kb("VmRSS")
+
+
+def _peak_kb():
+    """Peak RSS of this process image: VmHWM. (``getrusage(RUSAGE_SELF).ru_maxrss`` is not
+    used: on Linux it carries the parent's high-water mark across fork + exec.)"""
+    return _status_kb("VmHWM")
+
+
+def state_bytes(opt, model):
+    """Exact bytes of optimizer state and of the model, summed over replica copies."""
+    import numpy as np
+    import tensorflow as tf
+    variables = opt.variables if not callable(getattr(opt, "variables", None)) else \
+        opt.variables()
+
+    def total(vs):
+        out = 0
+        for v in vs:
+            tv = getattr(v, "value", v) if not isinstance(v, tf.Variable) else v
+            copies = len(tv.values) if isinstance(tv, tf.distribute.DistributedValues) else 1
+            size = int(np.prod(v.shape)) if len(v.shape) else 1
+            out += copies * size * tf.as_dtype(v.dtype).size
+        return out
+    return {"optimizer_state_bytes": total(variables),
+            "model_bytes": total(model.trainable_variables)}
+
+
+# --------------------------------------------------------------------------------------------
+# Keras 3 timing
+# --------------------------------------------------------------------------------------------
+
+def _model_and_data(model_name, batch):
+    import numpy as np
+    import benchlib
+    if model_name == "cnn1d":
+        d = benchlib.load_mnist1d(8000, 2000, 0)  # the sweep's data at a small size
+        x, y = d["x"], d["y"]
+        reps = int(np.ceil(batch / len(y)))
+        x, y = np.concatenate([x] * reps)[:batch], np.concatenate([y] * reps)[:batch]
+        return (lambda: benchlib.cnn1d(40)), x, y
+    if model_name == "resnet20":
+        x, y = benchlib.load_digits_images(32)
+        return (lambda: benchlib.resnet_cifar(FLAGS.resnet_depth)), x[:batch], y[:batch]
+    raise ValueError(model_name)
+
+
+class KerasTimer:
+    """One variant: model + optimizer under the strategy, a compiled multi-step function."""
+
+    def __init__(self, strategy, build_model, opt_cls, opt_kwargs, weights, x, y):
+        import tensorflow as tf
+        self.strategy = strategy
+        with strategy.scope():
+            self.model = build_model()
+            self.opt = opt_cls(**opt_kwargs)
+            self.opt.build(self.model.trainable_variables)
+        self.model.set_weights(weights)
+        xt, yt = tf.constant(x), tf.constant(y)
+        batch = int(x.shape[0])
+        model, opt = self.model, self.opt
+
+        def replica_step():
+            ctx = tf.distribute.get_replica_context()
+            k = ctx.num_replicas_in_sync
+            rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
+            per = batch // k
+            xb, yb = xt[rid * per:(rid + 1) * per], yt[rid * per:(rid + 1) * per]
+            with tf.GradientTape() as tape:
+                logits = model(xb, training=True)
+                loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    yb, logits)) / float(batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+        @tf.function
+        def run(n):
+            for _ in tf.range(n):
+                strategy.run(replica_step)
+            return n
+
+        self.run = run
+
+    def graph_ops(self):
+        """Graph nodes of the traced multi-step function (loop body = one step, all replicas
+        unrolled, plus the few loop nodes): a proxy for the per-step fixed cost."""
+        import tensorflow as tf
+        gdef = self.run.get_concrete_function(tf.constant(1)).graph.as_graph_def()
+        return len(gdef.node) + sum(len(f.node_def) for f in gdef.library.function)
+
+    def time(self, steps):
+        import tensorflow as tf
+        t0 = time.perf_counter()
+        self.run(tf.constant(steps))
+        return (time.perf_counter() - t0) / steps
+
+    def weights(self):
+        return [w.copy() for w in self.model.get_weights()]
+
+    def state_bytes(self):
+        return state_bytes(self.opt, self.model)
+
+
+def _variant_classes(pair, variant, family="keras"):
+    import benchlib
+    import variants
+    base_cls, vr_cls, kwargs = benchlib.optimizer_classes(pair)
+    cls, extra = variants.make_keras_variant(variant, base_cls, vr_cls)
+    return cls, dict(kwargs, learning_rate=TIMING_LR[pair], **extra)
+
+
+def _summ(values):
+    import numpy as np
+    v = np.asarray(values, np.float64)
+    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
+            "n": int(v.size)}
+
+
+def time_variants(make_timers, variant_names, steps, reps, log):
+    """Interleaved timing; returns per-variant times and per-rep ratios to base."""
+    import numpy as np
+    timers = {}
+    ops = {}
+    sbytes = {}
+    for v in variant_names:
+        t0 = time.time()
+        timers[v] = make_timers(v)
+        timers[v].time(1)          # trace
+        timers[v].time(steps)      # warm-up
+        try:
+            sbytes[v] = timers[v].state_bytes()
+        except Exception as e:  # pragma: no cover
+            sbytes[v] = None
+            log(f"state bytes failed for {v}: {e}")
+        try:
+            ops[v] = timers[v].graph_ops()
+        except Exception as e:  # pragma: no cover - op count is informative only
+            ops[v] = None
+            log(f"op count failed for {v}: {e}")
+        log(f"  built {v} ({time.time() - t0:.1f}s, {ops[v]} graph ops/step)")
+    times = {v: [] for v in variant_names}
+    for r in range(reps):
+        order = variant_names[r % len(variant_names):] + variant_names[:r % len(variant_names)]
+        for v in order:
+            times[v].append(timers[v].time(steps))
+        log("  rep %d: %s" % (r, ", ".join(f"{v}={times[v][-1] * 1e3:.1f}ms"
+                                             for v in variant_names)))
+    ratios = {v: [t / b for t, b in zip(times[v], times["base"])] for v in variant_names}
+    # Equivalence: all variants did the same number of steps from the same weights on the
+    # same batch, so base~sq and vr~vr_unpacked~vr_nodiag up to float summation order.
+    ref = {"base": timers["base"].weights()}
+    if "vr" in timers:
+        ref["vr"] = timers["vr"].weights()
+    diffs = {}
+    for v in variant_names:
+        target = "base" if v in ("base", "sq", "base_allreduce") else "vr"
+        if target not in ref:
+            continue
+        w = timers[v].weights()
+        num = max(float(np.max(np.abs(a - b))) for a, b in zip(w, ref[target]))
+        den = max(float(np.max(np.abs(b))) for b in ref[target])
+        diffs[v] = {"vs": target, "max_abs_diff_rel": num / max(den, 1e-30)}
+    base_med = float(np.median(times["base"]))
+    out = {
+        "step_ms": {v: _summ([t * 1e3 for t in times[v]]) for v in variant_names},
+        "ratio": {v: _summ(ratios[v]) for v in variant_names},
+        # Robust to load spikes: the fastest repetition of each variant.
+        "ratio_of_min": {v: float(np.min(times[v]) / np.min(times["base"]))
+                         for v in variant_names},
+        "raw_step_s": times, "graph_ops": ops, "weights_check": diffs,
+        "state_bytes": sbytes,
+    }
+    parts = {}
+    med = {v: float(np.median(times[v])) for v in variant_names}
+    if "base_allreduce" in med:
+        parts["aggregation_path"] = (med["base_allreduce"] - med["base"]) / base_med
+    if "sq" in med:
+        ref = med.get("base_allreduce", med["base"])
+        parts["a_allreduce_squares"] = (med["sq"] - ref) / base_med
+        if "vr" in med:
+            parts["b_gsnr_math_and_state"] = (med["vr"] - med["sq"]) / base_med
+    if "vr_fix" in med and "vr" in med:
+        parts["library_minus_fix"] = (med["vr"] - med["vr_fix"]) / base_med
+    if "vr_nodiag" in med and "vr_fix" in med:
+        parts["diagnostics_and_finite_test"] = (med["vr_fix"] - med["vr_nodiag"]) / base_med
+    if "vr_unpacked" in med and "vr" in med:
+        parts["unpacked_minus_library"] = (med["vr_unpacked"] - med["vr"]) / base_med
+    out["parts_of_base_median"] = parts
+    for t in timers.values():
+        del t
+    return out
+
+
+def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_names):
+    import benchlib
+    build_model, x, y = _model_and_data(model_name, batch)
+    weights = benchlib.init_weights(build_model, 0)
+
+    def make(v):
+        cls, kw = _variant_classes(pair, v)
+        return KerasTimer(strategy, build_model, cls, kw, weights, x, y)
+
+    res = time_variants(make, list(variant_names), steps, reps, log)
+    import numpy as np
+    n_params = int(sum(np.prod(w.shape) for w in weights))
+    if model_name == "resnet20":
+        model_name = f"resnet{FLAGS.resnet_depth}"
+    res.update({"model": model_name, "pair": pair, "batch": batch, "steps_per_call": steps,
+                "reps": reps, "replicas": strategy.num_replicas_in_sync,
+                "per_replica_batch": batch // strategy.num_replicas_in_sync,
+                "params": n_params, "trainable_variables": len(weights),
+                "family": "keras3"})
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# BERT-tiny (tf_keras, Model Garden) timing
+# --------------------------------------------------------------------------------------------
+
+BERT_EXCLUDE = ["LayerNorm", "layer_norm", "bias"]
+
+
+def _bert_build(seq):
+    from official.nlp.modeling import models, networks
+    encoder = networks.BertEncoder(
+        vocab_size=30522, hidden_size=128, num_layers=2, num_attention_heads=2,
+        intermediate_size=512, max_sequence_length=seq, type_vocab_size=2)
+    return models.BertPretrainerV2(encoder_network=encoder)
+
+
+def _bert_data(batch, seq, num_masked=20):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30522, size=(batch, seq)).astype(np.int32)
+    pos = np.sort(np.stack([rng.choice(np.arange(1, seq), num_masked, replace=False)
+                            for _ in range(batch)]), axis=1).astype(np.int32)
+    labels = np.take_along_axis(ids, pos, 1)
+    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids), "masked_lm_positions": pos}, labels
+
+
+def _bert_opt(variant):
+    import variants
+    from official.modeling.optimization import lamb as mg_lamb
+    from vrgd_tf import tf_keras as vtk
+    cls, extra = variants.make_tf_keras_variant(variant, mg_lamb.LAMB, vtk.VRGDLamb)
+    return cls(learning_rate=1e-3, weight_decay_rate=0.01,
+               exclude_from_weight_decay=BERT_EXCLUDE, **extra)
+
+
+class BertTimer(KerasTimer):
+    def __init__(self, strategy, variant, weights, batch, seq):
+        import tensorflow as tf
+        self.strategy = strategy
+        with strategy.scope():
+            self.model = _bert_build(seq)
+            inputs, labels = _bert_data(batch, seq)
+            self.model(inputs)  # build
+            self.opt = _bert_opt(variant)
+        self.model.set_weights(weights)
+        feats = {k: tf.constant(v) for k, v in inputs.items()}
+        lab = tf.constant(labels)
+        model, opt = self.model, self.opt
+        count = float(labels.size)
+
+        def replica_step():
+            ctx = tf.distribute.get_replica_context()
+            rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
+            per = batch // ctx.num_replicas_in_sync
+            f = {k: v[rid * per:(rid + 1) * per] for k, v in feats.items()}
+            yb = lab[rid * per:(rid + 1) * per]
+            with tf.GradientTape() as tape:
+                logits = model(f, training=True)["mlm_logits"]
+                loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    yb, logits)) / count
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+        @tf.function
+        def run(n):
+            for _ in tf.range(n):
+                strategy.run(replica_step)
+            return n
+
+        self.run = run
+
+
+def bert_timing(strategy, batch, seq, steps, reps, log):
+    import numpy as np
+    import tf_keras
+    tf_keras.utils.set_random_seed(0)
+    m = _bert_build(seq)
+    inputs, _ = _bert_data(batch, seq)
+    m(inputs)
+    weights = m.get_weights()
+    names = list(FLAGS.bert_variants)
+    res = time_variants(lambda v: BertTimer(strategy, v, weights, batch, seq), names, steps,
+                        reps, log)
+    res.update({"model": "bert_tiny", "pair": "lamb", "batch": batch, "seq_len": seq,
+                "steps_per_call": steps, "reps": reps,
+                "replicas": strategy.num_replicas_in_sync,
+                "per_replica_batch": batch // strategy.num_replicas_in_sync,
+                "params": int(sum(np.prod(w.shape) for w in m.trainable_weights)),
+                "trainable_variables": len(m.trainable_weights),
+                "family": "tf_keras (Model Garden lamb.LAMB vs vrgd_tf.tf_keras.VRGDLamb)",
+                "data": "random token ids (timing only)"})
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# Children
+# --------------------------------------------------------------------------------------------
+
+def child_main():
+    import benchlib
+    benchlib.setup_devices(FLAGS.replicas)
+    import tensorflow as tf
+    strategy = benchlib.strategy_for(FLAGS.replicas)
+    if FLAGS.child == "bert":
+        res = bert_timing(strategy, FLAGS.bert_batch, FLAGS.bert_seq, FLAGS.bert_steps,
+                          FLAGS.reps, lambda s: print(s, file=sys.stderr, flush=True))
+        print(RESULT_TAG + json.dumps(res), flush=True)
+        return
+    # memory
+    model, pair, variant, batch = (FLAGS.child_model, FLAGS.child_pair, FLAGS.child_variant,
+                                   FLAGS.child_batch)
+    if model == "bert_tiny":
+        import tf_keras
+        tf_keras.utils.set_random_seed(0)
+        inputs, _ = _bert_data(batch, FLAGS.bert_seq)
+        rss0 = _rss_kb()
+        m = _bert_build(FLAGS.bert_seq)
+        m(inputs)
+        timer = BertTimer(strategy, variant, m.get_weights(), batch, FLAGS.bert_seq)
+    else:
+        build_model, x, y = _model_and_data(model, batch)
+        weights = benchlib.init_weights(build_model, 0)
+        rss0 = _rss_kb()
+        cls, kw = _variant_classes(pair, variant)
+        timer = KerasTimer(strategy, build_model, cls, kw, weights, x, y)
+    timer.run(tf.constant(FLAGS.memory_steps))
+    print(RESULT_TAG + json.dumps({"maxrss_kb": _peak_kb(), "rss_before_model_kb": rss0,
+                                   "rss_end_kb": _rss_kb(),
+                                   "ru_maxrss_kb": resource.getrusage(
+                                       resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+
+
+def _run_child(args, log):
+    cmd = [sys.executable, os.path.abspath(__file__)] + args
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):]), time.time() - t0
+    log(proc.stderr[-3000:])
+    raise RuntimeError(f"child failed: {' '.join(cmd)} (rc {proc.returncode})")
+
+
+def memory_runs(log):
+    """Interleaved subprocesses: for rep: for config: for variant."""
+    import numpy as np
+    configs = []
+    for model in [m for m in FLAGS.models if m in FLAGS.memory_models]:
+        if model == "cnn1d":
+            for pair in FLAGS.memory_pairs:
+                for b in FLAGS.memory_cnn_batches:
+                    configs.append((model, pair, int(b)))
+        elif model == "resnet20":
+            for pair in FLAGS.memory_pairs:
+                configs.append((model, pair, FLAGS.resnet_batch))
+        elif model == "bert_tiny":
+            configs.append((model, "lamb", FLAGS.bert_batch))
+    raw = {c: {v: [] for v in FLAGS.memory_variants} for c in configs}
+    for rep in range(FLAGS.memory_reps):
+        for c in configs:
+            vs = list(FLAGS.memory_variants)
+            if rep % 2:
+                vs = vs[::-1]
+            for v in vs:
+                res, dt = _run_child(
+                    ["--child=memory", f"--child_model={c[0]}", f"--child_pair={c[1]}",
+                     f"--child_variant={v}", f"--child_batch={c[2]}",
+                     f"--replicas={FLAGS.replicas}", f"--memory_steps={FLAGS.memory_steps}",
+                     f"--bert_seq={FLAGS.bert_seq}", f"--resnet_depth={FLAGS.resnet_depth}"],
+                    log)
+                raw[c][v].append(res)
+                log(f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
+                    f"increment {(res['maxrss_kb'] - res['rss_before_model_kb']) / 1024:.0f}"
+                    f" MB ({dt:.0f}s)")
+    out = []
+    for c in configs:
+        entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
+        base = raw[c]["base"]
+        for v in FLAGS.memory_variants:
+            if v == "base":
+                continue
+            peak_ratio = [r["maxrss_kb"] / b["maxrss_kb"] for r, b in zip(raw[c][v], base)]
+            inc_ratio = [(r["maxrss_kb"] - r["rss_before_model_kb"]) /
+                         max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
+                         for r, b in zip(raw[c][v], base)]
+            entry[v] = {"peak_ratio": _summ(peak_ratio), "increment_ratio": _summ(inc_ratio),
+                        "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[c][v]]))
+                        / 1024}
+        entry["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
+        out.append(entry)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    _apply_quick()
+    if FLAGS.child:
+        child_main()
+        return
+    import benchlib
+    benchlib.setup_devices(FLAGS.replicas)
+    import tensorflow as tf
+    out = FLAGS.out or os.path.join(
+        benchlib.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json")
+    for name in ("variants", "resnet_variants", "bert_variants"):
+        if "base" not in FLAGS[name].value:
+            raise app.UsageError(f"--{name} must include base")
+
+    def log(s):
+        print(s, flush=True)
+
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+        meminfo = "available"
+    except Exception as e:  # noqa: BLE001
+        meminfo = f"unavailable: {e}"
+    doc = {"kind": "overhead", "command": benchlib.command_line(),
+           "environment": benchlib.environment(),
+           "config": {k: FLAGS[k].value for k in (
+               "quick", "models", "pairs", "resnet_pairs", "variants", "resnet_variants",
+               "bert_variants", "memory_models", "replicas", "reps",
+               "cnn_batches", "cnn_steps", "resnet_batch", "resnet_depth", "resnet_steps",
+               "bert_batch", "bert_reps", "memory_cnn_batches",
+               "bert_seq", "bert_steps", "memory", "memory_reps", "memory_variants",
+               "memory_pairs", "memory_steps")},
+           "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
+                            "subprocess per variant and repetition",
+           "tf_get_memory_info_cpu": meminfo,
+           "timing": [], "memory": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    t_start = time.time()
+    strategy = benchlib.strategy_for(FLAGS.replicas)
+    for model in FLAGS.models:
+        if model == "bert_tiny":
+            continue
+        pairs = FLAGS.pairs if model == "cnn1d" else FLAGS.resnet_pairs
+        batches = [int(b) for b in FLAGS.cnn_batches] if model == "cnn1d" else [
+            FLAGS.resnet_batch]
+        for batch in batches:
+            steps = (max(4, FLAGS.cnn_steps * min(1, 1024 / batch)) if model == "cnn1d"
+                     else FLAGS.resnet_steps)
+            steps = int(steps)
+            for pair in pairs:
+                log(f"{model} {pair} batch {batch}:")
+                names = FLAGS.variants if model == "cnn1d" else FLAGS.resnet_variants
+                res = keras_timing(model, pair, batch, steps, FLAGS.reps, strategy, log,
+                                   names)
+                doc["timing"].append(res)
+                log("  ratio median: " + ", ".join(
+                    f"{v}={res['ratio'][v]['median']:.3f}" for v in names))
+                doc["elapsed_s"] = round(time.time() - t_start, 1)
+                benchlib.write_json(out, doc)
+    if "bert_tiny" in FLAGS.models:
+        log(f"bert_tiny lamb batch {FLAGS.bert_batch} (child process):")
+        args = ["--child=bert", f"--replicas={FLAGS.replicas}", f"--reps={FLAGS.bert_reps}",
+                f"--bert_batch={FLAGS.bert_batch}", f"--bert_seq={FLAGS.bert_seq}",
+                f"--bert_steps={FLAGS.bert_steps}",
+                "--bert_variants=" + ",".join(FLAGS.bert_variants)]
+        try:
+            res, dt = _run_child(args, log)
+            doc["timing"].append(res)
+            log(f"  ({dt:.0f}s) ratio median: " + ", ".join(
+                f"{v}={r['median']:.3f}" for v, r in res["ratio"].items()))
+        except Exception as e:  # noqa: BLE001
+            doc["bert_error"] = str(e)
+            log(f"  bert_tiny failed: {e}")
+        benchlib.write_json(out, doc)
+    if FLAGS.memory:
+        log("memory (subprocesses):")
+        doc["memory"] = memory_runs(log)
+    doc["elapsed_s"] = round(time.time() - t_start, 1)
+    doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    doc["complete"] = True
+    benchlib.write_json(out, doc)
+    log(f"done in {doc['elapsed_s'] / 60:.1f} min -> {out}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,732 @@
+r"""Renders docs/results.md and docs/images/*.png from the benchmark JSON files.
+
+Every number in the output is computed here from the JSON written by ``sweep.py`` and
+``overhead.py``; nothing is typed by hand. Statements like "better" / "worse" are decided by
+a fixed rule (paired difference over seeds beyond two standard errors), stated in the output.
+
+Examples:
+  python benchmarks/render.py --quick        # renders the *_quick.json results
+  python benchmarks/render.py                # renders sweep.json and overhead.json
+"""
+
+import math
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("quick", False, "Render the --quick results (sweep_quick.json, ...).")
+flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
+flags.DEFINE_string("overhead", None, "Overhead JSON (default from --quick).")
+flags.DEFINE_list("lr_probes", ["lr_probe.json", "lr_probe_8192.json", "lr_probe_lars.json",
+                                "lr_probe_lars_digits.json"],
+                  "Learning-rate probe JSONs under benchmarks/results (those that exist); for "
+                  "the same data set, pair and batch a later file supersedes an earlier one.")
+flags.DEFINE_string("out_md", os.path.join(REPO, "docs", "results.md"), "Markdown output.")
+flags.DEFINE_string("images_dir", os.path.join(REPO, "docs", "images"), "PNG output dir.")
+
+PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
+VR_LABEL = {"momentum": "VR-Momentum", "adam": "VR-Adam", "lamb": "VR-LAMB", "lars": "VR-LARS"}
+VARIANT_LABEL = {
+    "base": "base X",
+    "base_allreduce": "X summed by ReplicaContext.all_reduce (tf_keras only)",
+    "sq": "X + all-reduce of squares (a)",
+    "vr": "VR-X (library)",
+    "vr_unpacked": "VR-X, per-variable design (reference)",
+    "vr_fix": "VR-X packed with trace-time segment ids (proposal)",
+    "vr_nodiag": "proposal without per-step diagnostics and finite test",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def _load(path):
+    import json
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return None
+
+
+def pct(x, digits=2):
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else \
+        f"{100 * x:.{digits}f}"
+
+
+def pm(values, digits=2):
+    """'mean ± std' in percent."""
+    if not values:
+        return "—"
+    v = np.asarray(values, np.float64)
+    sd = v.std(ddof=1) if v.size > 1 else 0.0
+    return f"{100 * v.mean():.{digits}f} ± {100 * sd:.{digits}f}"
+
+
+def verdict(diffs, higher_is_better=True):
+    """Paired differences -> 'better' / 'worse' / 'n.s.' / 'n/a'.
+
+    Two-sided paired t-test at 5%: |mean| > t(0.975, n-1) * std / sqrt(n); needs n >= 3
+    (with n = 2 a single lucky seed decides). Zero spread with a non-zero mean counts as a
+    difference.
+    """
+    from scipy import stats
+    d = np.asarray(diffs, np.float64)
+    if d.size < 3:
+        return f"n/a ({d.size} seeds)"
+    se = d.std(ddof=1) / math.sqrt(d.size)
+    m = d.mean()
+    if m == 0 or abs(m) <= stats.t.ppf(0.975, d.size - 1) * se:
+        return "n.s."
+    good = m > 0 if higher_is_better else m < 0
+    return "**better**" if good else "**worse**"
+
+
+def main_runs(sweep):
+    return [r for r in sweep["runs"] if r["key"][0] == "main"]
+
+
+def select(runs, **kw):
+    out = []
+    for r in runs:
+        if all(r.get(k) == v for k, v in kw.items()):
+            out.append(r)
+    return sorted(out, key=lambda r: r["seed"])
+
+
+def paired(base, vr):
+    """Runs of the same seeds on both sides."""
+    b = {r["seed"]: r for r in base}
+    v = {r["seed"]: r for r in vr}
+    seeds = sorted(set(b) & set(v))
+    return [b[s] for s in seeds], [v[s] for s in seeds]
+
+
+def mean_curve(runs):
+    """(steps, mean test acc) over seeds; curves share their eval steps."""
+    if not runs:
+        return [], []
+    n = min(len(r["curve"]) for r in runs)
+    steps = [runs[0]["curve"][i]["step"] for i in range(n)]
+    acc = [float(np.mean([r["curve"][i]["test_acc"] for r in runs])) for i in range(n)]
+    return steps, acc
+
+
+def first_reach(steps, acc, target):
+    for s, a in zip(steps, acc):
+        if a >= target - 1e-12:
+            return s
+    return None
+
+
+def n_div(runs):
+    return sum(1 for r in runs if r["final"]["diverged"] or r["final"]["train_acc"] < 0.15)
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 10, "figure.dpi": 110})
+    return plt
+
+
+def plot_acc_vs_batch(sweep, ds, path):
+    plt = _plt()
+    cfg = sweep["config"]
+    runs = main_runs(sweep)
+    batches = cfg["batches"] if ds == "mnist1d" else cfg["digits_batches"]
+    pairs = cfg["pairs"]
+    fig, axes = plt.subplots(2, len(pairs), figsize=(3.4 * len(pairs), 6.2), squeeze=False)
+    for j, pair in enumerate(pairs):
+        for side, color, label in (("base", "tab:blue", PAIR_LABEL[pair]),
+                                   ("vr", "tab:red", VR_LABEL[pair])):
+            for row, metric in ((0, "test_acc"), (1, "gap")):
+                xs, ms, ss = [], [], []
+                for b in batches:
+                    kw = dict(dataset=ds, pair=pair, side=side, batch=b,
+                              replicas=cfg["replicas"])
+                    if side == "vr":
+                        kw["gamma"] = 0.1
+                    rs = select(runs, **kw)
+                    if not rs:
+                        continue
+                    v = [r["final"][metric] for r in rs]
+                    xs.append(b)
+                    ms.append(100 * np.mean(v))
+                    ss.append(100 * (np.std(v, ddof=1) if len(v) > 1 else 0))
+                if xs:
+                    axes[row][j].errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=color,
+                                          label=label)
+        for row, ylabel in ((0, "test accuracy (%)"), (1, "train − test accuracy (pp)")):
+            ax = axes[row][j]
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(batches)
+            ax.set_xticklabels([str(b) for b in batches])
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if row == 1:
+                ax.set_xlabel("global batch")
+        axes[0][j].set_title(PAIR_LABEL[pair])
+        axes[0][j].legend(fontsize=8, loc="lower left")
+    fig.suptitle(f"{ds}: final test accuracy and generalization gap vs batch "
+                 f"(mean ± std over seeds, {cfg['replicas']} replicas, fixed epochs)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_curves(sweep, ds, batch, path):
+    plt = _plt()
+    cfg = sweep["config"]
+    runs = main_runs(sweep)
+    pairs = cfg["pairs"]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(3.4 * len(pairs), 3.3), squeeze=False)
+    for j, pair in enumerate(pairs):
+        ax = axes[0][j]
+        for side, color, label in (("base", "tab:blue", PAIR_LABEL[pair]),
+                                   ("vr", "tab:red", VR_LABEL[pair])):
+            kw = dict(dataset=ds, pair=pair, side=side, batch=batch, replicas=cfg["replicas"])
+            if side == "vr":
+                kw["gamma"] = 0.1
+            rs = select(runs, **kw)
+            for r in rs:
+                ax.plot([c["step"] for c in r["curve"]],
+                        [100 * c["test_acc"] for c in r["curve"]], color=color, alpha=0.25,
+                        lw=0.8)
+            s, a = mean_curve(rs)
+            if s:
+                ax.plot(s, [100 * x for x in a], color=color, lw=2, label=label)
+        ax.set_title(f"{PAIR_LABEL[pair]}, batch {batch}")
+        ax.set_xlabel("step")
+        if j == 0:
+            ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_gsnr(sweep, ds, batches, pairs, path):
+    """Mean GSNR and fraction clipped at gamma per variable over training (seed 0)."""
+    plt = _plt()
+    cfg = sweep["config"]
+    runs = main_runs(sweep)
+    cols = [(p, b) for p in pairs for b in batches]
+    fig, axes = plt.subplots(2, len(cols), figsize=(3.4 * len(cols), 6.0), squeeze=False)
+    for j, (pair, batch) in enumerate(cols):
+        rs = select(runs, dataset=ds, pair=pair, side="vr", batch=batch,
+                    replicas=cfg["replicas"], gamma=0.1)
+        if not rs or not rs[0]["gsnr"]:
+            continue
+        r = rs[0]
+        names = list(r["gsnr"][0]["stats"])
+        steps = [g["step"] for g in r["gsnr"]]
+        for name in names:
+            style = "-" if name.endswith("kernel") else ":"
+            short = name.replace("cnn1d/", "")
+            axes[0][j].plot(steps, [g["stats"][name][0] for g in r["gsnr"]], style,
+                            marker=".", label=short)
+            axes[1][j].plot(steps, [100 * g["stats"][name][1] for g in r["gsnr"]], style,
+                            marker=".", label=short)
+        axes[0][j].set_yscale("log")
+        axes[0][j].set_title(f"{VR_LABEL[pair]}, batch {batch} (seed {r['seed']})")
+        axes[1][j].set_xlabel("step")
+        for row in (0, 1):
+            axes[row][j].grid(alpha=0.3)
+        if j == 0:
+            axes[0][j].set_ylabel("mean GSNR of the variable")
+            axes[1][j].set_ylabel("% elements clipped at gamma")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{ds}: GSNR statistics at the last step of each epoch "
+                 "(solid: kernels, dotted: biases)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_ablation(rows, xlabel, title, path, xlog=False):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    xs = [r["x"] for r in rows]
+    for key, color, label in (("base", "tab:blue", "base"), ("vr", "tab:red", "VR")):
+        pts = [(r["x"], r[key]) for r in rows if r.get(key)]
+        if not pts:
+            continue
+        m = [100 * np.mean(v) for _, v in pts]
+        s = [100 * (np.std(v, ddof=1) if len(v) > 1 else 0) for _, v in pts]
+        ax.errorbar([x for x, _ in pts], m, yerr=s, marker="o", capsize=3, color=color,
+                    label=label)
+    if xlog:
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x) for x in xs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_overhead(ov, path):
+    plt = _plt()
+    entries = ov["timing"]
+    variants = []
+    for e in entries:
+        variants += [v for v in e["ratio"] if v != "base" and v not in variants]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(entries) + 2), 3.8))
+    width = 0.8 / max(1, len(variants))
+    colors = {"base_allreduce": "tab:cyan", "sq": "tab:gray", "vr": "tab:red",
+              "vr_unpacked": "tab:orange", "vr_fix": "tab:green", "vr_nodiag": "tab:olive"}
+    for i, v in enumerate(variants):
+        xs, meds, lo, hi = [], [], [], []
+        for j, e in enumerate(entries):
+            if v not in e["ratio"]:
+                continue
+            r = e["ratio"][v]
+            xs.append(j + (i - (len(variants) - 1) / 2) * width)
+            meds.append(r["median"])
+            lo.append(r["median"] - r["min"])
+            hi.append(r["max"] - r["median"])
+        ax.bar(xs, meds, width, yerr=[lo, hi], capsize=2, color=colors.get(v),
+               label=VARIANT_LABEL.get(v, v))
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(1.05, color="k", lw=0.6, ls="--")
+    top = max([e["ratio"][v]["max"] for e in entries for v in e["ratio"]] + [1.1])
+    ax.set_yscale("log")
+    ticks = [t for t in (0.8, 1.0, 1.05, 1.25, 1.5, 2, 3, 4, 8, 16, 32) if t <= top * 1.2]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(min(0.8, min(e["ratio"][v]["min"] for e in entries for v in e["ratio"]) * 0.95),
+                top * 1.3)
+    ax.set_xticks(range(len(entries)))
+    ax.set_xticklabels([f"{e['model']}\n{PAIR_LABEL.get(e['pair'], e['pair'])} B={e['batch']}"
+                        for e in entries], fontsize=8)
+    ax.set_ylabel("step time / base step time (log)")
+    ax.set_title(f"Step-time ratios at {entries[0]['replicas'] if entries else '?'} replicas "
+                 "(bar: median, whiskers: min–max over interleaved reps)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+def sweep_sections(sweep, img_rel, img_dir, lines, headline):
+    cfg = sweep["config"]
+    runs = main_runs(sweep)
+    status = ("complete" if sweep.get("complete") else
+              f"**partial** ({len(runs)} runs; the sweep was still running or stopped)")
+    lines += [
+        "## Batch-size sweep", "",
+        f"Command: `{sweep['command']}`  ",
+        f"Status: {status}; wall time {sweep.get('elapsed_s', 0) / 60:.1f} min"
+        f" (started {sweep.get('started')}).", "",
+        "Setup (from the results file): " + "; ".join([
+            f"model {cfg['model']}",
+            f"{cfg['replicas']} logical CPU replicas, MirroredStrategy + ReductionToOneDevice",
+            f"seeds 0..{cfg['seeds'] - 1} (seed = initial weights and data order, shared by "
+            "base and VR)",
+            f"learning rate: {cfg['lr_rule']}-scaled from the base batch, {cfg['schedule']}, "
+            f"warm-up fraction {cfg['warmup_frac']}",
+            "VR: gamma 0.1, beta_3 = library default (0 for Momentum/LARS, 0.9 for Adam/LAMB)",
+        ]) + ".", "",
+    ]
+    ds_info = sweep.get("datasets", {})
+    for ds in cfg["datasets"]:
+        info = ds_info.get(ds, {})
+        batches = cfg["batches"] if ds == "mnist1d" else cfg["digits_batches"]
+        base_b = cfg["base_batch"] if ds == "mnist1d" else cfg["digits_base_batch"]
+        epochs = cfg["epochs"] if ds == "mnist1d" else cfg["digits_epochs"]
+        lrs = cfg["base_lr"][ds] if isinstance(cfg["base_lr"].get(ds), dict) else cfg["base_lr"]
+        lines += [f"### {ds}", "",
+                  f"{info.get('num_train', '?')} train / {info.get('num_test', '?')} test "
+                  f"({info.get('source') or info.get('generator')}); {epochs} epochs at every "
+                  f"batch; base learning rates at batch {base_b}: " +
+                  ", ".join(f"{PAIR_LABEL[p]} {lrs[p]:g}" for p in cfg["pairs"] if p in lrs)
+                  + ".", ""]
+        lines += [
+            "Final test accuracy (%), generalization gap = train − test accuracy (pp), "
+            "mean ± std over seeds; Δ = VR − base, paired by seed (mean ± std). 'div' = runs that diverged (train acc < 15% "
+            "or non-finite loss). Verdict: two-sided paired t-test at 5% on the per-seed Δ "
+            "(n/a below 3 seeds).", "",
+            "| pair | batch | steps | base test | VR test | Δ test | verdict | base gap | "
+            "VR gap | Δ gap | div (base/VR) |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+        for pair in cfg["pairs"]:
+            for b in batches:
+                base = select(runs, dataset=ds, pair=pair, side="base", batch=b,
+                              replicas=cfg["replicas"])
+                vr = select(runs, dataset=ds, pair=pair, side="vr", batch=b,
+                            replicas=cfg["replicas"], gamma=0.1)
+                if not base and not vr:
+                    continue
+                pb, pv = paired(base, vr)
+                dt = [v["final"]["test_acc"] - u["final"]["test_acc"] for u, v in zip(pb, pv)]
+                dg = [v["final"]["gap"] - u["final"]["gap"] for u, v in zip(pb, pv)]
+                steps = (base or vr)[0]["steps"]
+                lines.append(
+                    f"| {PAIR_LABEL[pair]} | {b} | {steps} | "
+                    f"{pm([r['final']['test_acc'] for r in base])} | "
+                    f"{pm([r['final']['test_acc'] for r in vr])} | {pm(dt)} | "
+                    f"{verdict(dt) if dt else '—'} | "
+                    f"{pm([r['final']['gap'] for r in base])} | "
+                    f"{pm([r['final']['gap'] for r in vr])} | {pm(dg)} | "
+                    f"{n_div(base)}/{n_div(vr)} |")
+                if b == max(batches) and dt:
+                    headline.append((ds, pair, b, dt, dg, len(dt)))
+        lines.append("")
+        name = f"acc_vs_batch_{ds}.png"
+        plot_acc_vs_batch(sweep, ds, os.path.join(img_dir, name))
+        lines += [f"![test accuracy and gap vs batch, {ds}]({img_rel}/{name})", ""]
+
+        # Steps to target.
+        lines += [
+            "Steps to reach the base optimizer's best test accuracy (target = maximum of the "
+            "base's seed-mean test-accuracy curve, evaluated "
+            f"{cfg['evals_per_epoch']}x per epoch; '—' = VR's seed-mean curve never reached "
+            "it):", "",
+            "| pair | batch | target (%) | base steps | VR steps | VR/base | VR best (%) |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+        for pair in cfg["pairs"]:
+            for b in batches:
+                base = select(runs, dataset=ds, pair=pair, side="base", batch=b,
+                              replicas=cfg["replicas"])
+                vr = select(runs, dataset=ds, pair=pair, side="vr", batch=b,
+                            replicas=cfg["replicas"], gamma=0.1)
+                pb, pv = paired(base, vr)
+                if not pb:
+                    continue
+                sb, ab = mean_curve(pb)
+                sv, av = mean_curve(pv)
+                target = max(ab)
+                nb, nv = first_reach(sb, ab, target), first_reach(sv, av, target)
+                ratio = f"{nv / nb:.2f}" if nv and nb else "—"
+                lines.append(f"| {PAIR_LABEL[pair]} | {b} | {pct(target)} | {nb} | "
+                             f"{nv if nv else '—'} | {ratio} | {pct(max(av))} |")
+        lines.append("")
+        big = max(batches)
+        name = f"curves_{ds}_b{big}.png"
+        plot_curves(sweep, ds, big, os.path.join(img_dir, name))
+        lines += [f"Test-accuracy curves at batch {big} (thin: seeds, thick: mean):", "",
+                  f"![curves {ds} batch {big}]({img_rel}/{name})", ""]
+
+    # GSNR statistics.
+    ds0 = cfg["datasets"][0]
+    b0 = cfg["batches"] if ds0 == "mnist1d" else cfg["digits_batches"]
+    lines += ["### GSNR statistics during training", "",
+              "Read with `opt.vrgd_statistics()` after every epoch (the values of that "
+              "epoch's last step): per variable, the mean GSNR `r` and the fraction of "
+              "elements whose factor is clipped at gamma. Median over the variables, seed-"
+              "mean, first and last epoch:", "",
+              "| pair | batch | mean GSNR, epoch 1 | mean GSNR, last | % at gamma, epoch 1 | "
+              "% at gamma, last | % at 1, last |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for pair in cfg["pairs"]:
+        for b in b0:
+            vr = select(runs, dataset=ds0, pair=pair, side="vr", batch=b,
+                        replicas=cfg["replicas"], gamma=0.1)
+            vr = [r for r in vr if r["gsnr"]]
+            if not vr:
+                continue
+
+            def med(r, idx, field):
+                return float(np.median([v[field] for v in r["gsnr"][idx]["stats"].values()]))
+            cells = []
+            for idx, field, scale in ((0, 0, 1), (-1, 0, 1), (0, 1, 100), (-1, 1, 100),
+                                      (-1, 2, 100)):
+                cells.append(f"{scale * np.mean([med(r, idx, field) for r in vr]):.3g}")
+            lines.append(f"| {VR_LABEL[pair]} | {b} | " + " | ".join(cells) + " |")
+    lines.append("")
+    name = "gsnr_evolution.png"
+    gp = [p for p in (cfg.get("ablation_pair"), "momentum") if p in cfg["pairs"]]
+    gp = list(dict.fromkeys(gp))[:2]
+    plot_gsnr(sweep, ds0, [min(b0), max(b0)], gp, os.path.join(img_dir, name))
+    lines += [f"![GSNR evolution]({img_rel}/{name})", ""]
+
+    # Ablations.
+    all_runs = main_runs(sweep)
+    ab_ds, ab_pair, ab_b = cfg["ablation_dataset"], cfg["ablation_pair"], cfg["ablation_batch"]
+    if "k" in cfg["experiments"]:
+        rows = []
+        lines += [f"### k ablation ({PAIR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b})", "",
+                  "Replicas k change how many shards the GSNR is estimated from (and the "
+                  "per-replica batch); the base optimizer's maths does not depend on k.", "",
+                  "| k | per-replica batch | base test | VR test | Δ test | verdict | VR gap | "
+                  "VR % at gamma (last epoch) |", "|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for k in cfg["k_values"]:
+            base = select(all_runs, dataset=ab_ds, pair=ab_pair, side="base", batch=ab_b,
+                          replicas=k)
+            vr = select(all_runs, dataset=ab_ds, pair=ab_pair, side="vr", batch=ab_b,
+                        replicas=k, gamma=0.1)
+            if not base and not vr:
+                continue
+            pb, pv = paired(base, vr)
+            dt = [v["final"]["test_acc"] - u["final"]["test_acc"] for u, v in zip(pb, pv)]
+            fg = [float(np.median([s[1] for s in r["gsnr"][-1]["stats"].values()]))
+                  for r in vr if r["gsnr"]]
+            lines.append(f"| {k} | {ab_b // k} | {pm([r['final']['test_acc'] for r in base])}"
+                         f" | {pm([r['final']['test_acc'] for r in vr])} | {pm(dt)} | "
+                         f"{verdict(dt) if dt else '—'} | "
+                         f"{pm([r['final']['gap'] for r in vr])} | "
+                         f"{pct(np.mean(fg) if fg else None, 1)} |")
+            rows.append({"x": k, "base": [r["final"]["test_acc"] for r in base],
+                         "vr": [r["final"]["test_acc"] for r in vr]})
+        lines.append("")
+        if rows:
+            plot_ablation(rows, "replicas k", f"k ablation: {PAIR_LABEL[ab_pair]} vs "
+                          f"{VR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b}",
+                          os.path.join(img_dir, "ablation_k.png"), xlog=True)
+            lines += [f"![k ablation]({img_rel}/ablation_k.png)", ""]
+    if "gamma" in cfg["experiments"]:
+        rows = []
+        base = select(all_runs, dataset=ab_ds, pair=ab_pair, side="base", batch=ab_b,
+                      replicas=cfg["replicas"])
+        lines += [f"### gamma ablation ({VR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b}, "
+                  f"{cfg['replicas']} replicas)", "",
+                  f"Base {PAIR_LABEL[ab_pair]}: test {pm([r['final']['test_acc'] for r in base])}"
+                  f", gap {pm([r['final']['gap'] for r in base])}. gamma = 1 must reproduce "
+                  "the base optimizer exactly (factor identically 1).", "",
+                  "| gamma | VR test | Δ test vs base | verdict | VR gap | % at gamma | "
+                  "% at 1 | max abs Δ test vs base |",
+                  "|---:|---:|---:|---|---:|---:|---:|---:|"]
+        for g in cfg["gammas"]:
+            vr = select(all_runs, dataset=ab_ds, pair=ab_pair, side="vr", batch=ab_b,
+                        replicas=cfg["replicas"], gamma=g)
+            if not vr:
+                continue
+            pb, pv = paired(base, vr)
+            dt = [v["final"]["test_acc"] - u["final"]["test_acc"] for u, v in zip(pb, pv)]
+            fg = [float(np.median([s[1] for s in r["gsnr"][-1]["stats"].values()]))
+                  for r in vr if r["gsnr"]]
+            f1 = [float(np.median([s[2] for s in r["gsnr"][-1]["stats"].values()]))
+                  for r in vr if r["gsnr"]]
+            lines.append(f"| {g:g} | {pm([r['final']['test_acc'] for r in vr])} | {pm(dt)} | "
+                         f"{verdict(dt) if dt else '—'} | "
+                         f"{pm([r['final']['gap'] for r in vr])} | "
+                         f"{pct(np.mean(fg) if fg else None, 1)} | "
+                         f"{pct(np.mean(f1) if f1 else None, 1)} | "
+                         f"{pct(max(abs(x) for x in dt) if dt else None, 3)} |")
+            rows.append({"x": g, "vr": [r["final"]["test_acc"] for r in vr],
+                         "base": [r["final"]["test_acc"] for r in base]})
+        lines.append("")
+        if rows:
+            plot_ablation(rows, "gamma (log scale)", f"gamma: {VR_LABEL[ab_pair]} (base = "
+                          f"{PAIR_LABEL[ab_pair]}), {ab_ds}, batch {ab_b}",
+                          os.path.join(img_dir, "ablation_gamma.png"), xlog=True)
+            lines += [f"![gamma ablation]({img_rel}/ablation_gamma.png)", ""]
+
+
+def lr_probe_section(probes, lines):
+    rows = []
+    latest = {}
+    for name, doc in probes:
+        for r in doc["runs"]:
+            latest[(r["dataset"], r["pair"], r["batch"])] = name
+    superseded = 0
+    for name, doc in probes:
+        for r in doc["runs"]:
+            if latest[(r["dataset"], r["pair"], r["batch"])] != name:
+                superseded += 1
+                continue
+            rows.append((r["dataset"], r["pair"], r["batch"], r["peak_lr"],
+                         r["final"]["test_acc"], r["final"]["diverged"] or
+                         r["final"]["train_acc"] < 0.15, name))
+    if not rows:
+        return
+    lines += ["## Learning-rate probe (base optimizers only, seed 0)", "",
+              "How the base learning rates were chosen: the base optimizer alone, one seed, "
+              "at the base batch (and at the largest batch with the square-root-scaled rate), "
+              "from these files. VR was not tuned; it uses the base's rate.", "",
+              "| data | pair | batch | peak lr | test acc (%) | diverged | file |",
+              "|---|---|---:|---:|---:|---|---|"]
+    for ds, pair, b, lr, acc, div, name in sorted(rows, key=lambda t: t[:4]):
+        lines.append(f"| {ds} | {PAIR_LABEL[pair]} | {b} | {lr:.4g} | {pct(acc)} | "
+                     f"{'yes' if div else ''} | {name} |")
+    lines += ["", f"{superseded} rows of earlier files superseded by a later probe of the "
+              "same data set, pair and batch (e.g. after a change of the LARS exclusions) "
+              "are not shown.", "", "Commands (base learning rates in effect, from each file):",
+              ""]
+    for name, doc in probes:
+        lines.append(f"- `{doc['command']}` — base lr {doc['config']['base_lr']}")
+    lines.append("")
+
+
+def overhead_section(ov, img_rel, img_dir, lines, headline_ov):
+    lines += ["## Overhead of VR-X over X", "",
+              f"Command: `{ov['command']}`  ",
+              f"Status: {'complete' if ov.get('complete') else '**partial**'}; wall time "
+              f"{ov.get('elapsed_s', 0) / 60:.1f} min.", "",
+              "Step time of compiled train steps (`tf.function` around `strategy.run`, fixed "
+              "batch, steps looped inside the function, tracing and one warm-up call "
+              "excluded). Variants are built side by side in one process and timed in "
+              "rotating order in every repetition; ratios are variant/base within a "
+              "repetition ('min/min': fastest repetition of the variant over the fastest of "
+              "base, less sensitive to load spikes). 'graph ops' counts the nodes of the traced step (all replicas "
+              "unrolled), a proxy for fixed per-step cost on CPU.", "",
+              "Variants: " + "; ".join(f"`{k}` = {v}" for k, v in VARIANT_LABEL.items()) + ".",
+              ""]
+    for e in ov["timing"]:
+        lines += [f"### {e['model']}, {PAIR_LABEL.get(e['pair'], e['pair'])}, batch "
+                  f"{e['batch']} ({e['per_replica_batch']}/replica), {e['replicas']} replicas"
+                  f", {e['params']:,} parameters in {e['trainable_variables']} variables", "",
+                  f"{e['reps']} repetitions of {e['steps_per_call']} steps. Family: "
+                  f"{e['family']}." + (f" Data: {e['data']}." if e.get("data") else ""), "",
+                  "| variant | step ms (median) | ratio min | ratio median | ratio max | "
+                  "min/min | graph ops | optimizer state MB (all replicas) | "
+                  "weights vs reference |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for v, r in e["ratio"].items():
+            wc = e.get("weights_check", {}).get(v)
+            wtxt = (f"{wc['max_abs_diff_rel']:.1e} vs {wc['vs']}" if wc else "")
+            sb = (e.get("state_bytes") or {}).get(v)
+            stxt = f"{sb['optimizer_state_bytes'] / 2**20:.2f}" if sb else "—"
+            rm = e.get("ratio_of_min", {}).get(v)
+            mm = f"{rm:.3f}" if rm is not None else "—"
+            lines.append(f"| {VARIANT_LABEL.get(v, v)} | {e['step_ms'][v]['median']:.1f} | "
+                         f"{r['min']:.3f} | {r['median']:.3f} | {r['max']:.3f} | "
+                         f"{mm} | {e['graph_ops'].get(v) or '—'} | {stxt} | {wtxt} |")
+        sb = e.get("state_bytes") or {}
+        if sb.get("base") and sb.get("vr"):
+            lines += ["", f"Model weights {sb['base']['model_bytes'] / 2**20:.2f} MB over all "
+                      f"{e['replicas']} replica copies; VR adds "
+                      f"{(sb['vr']['optimizer_state_bytes'] - sb['base']['optimizer_state_bytes']) / 2**20:.2f}"
+                      " MB of optimizer state (exact, all replicas), i.e. "
+                      f"{(sb['vr']['optimizer_state_bytes'] - sb['base']['optimizer_state_bytes']) / sb['base']['model_bytes']:.2f}"
+                      "x the weights."]
+        parts = e.get("parts_of_base_median", {})
+        if parts:
+            names = {"aggregation_path": "replica-context all_reduce instead of "
+                                         "OptimizerV2's default aggregation",
+                     "a_allreduce_squares": "(a) all-reduce of the squares",
+                     "b_gsnr_math_and_state": "(b) element-wise GSNR math, factor state and "
+                                              "diagnostics",
+                     "library_minus_fix": "saved by the proposal (vr − vr_fix)",
+                     "diagnostics_and_finite_test": "per-step diagnostics + finite test "
+                                                    "(vr_fix − vr_nodiag)",
+                     "unpacked_minus_library": "extra cost of the per-variable design over "
+                                               "the library's"}
+            lines += ["", "Extra time as a fraction of the base step (medians): " + "; ".join(
+                f"{names.get(k, k)} {100 * x:+.1f}%" for k, x in parts.items()) + "."]
+        lines.append("")
+        if "vr" in e["ratio"]:
+            headline_ov.append(e)
+    name = "overhead.png"
+    if ov["timing"]:
+        plot_overhead(ov, os.path.join(img_dir, name))
+        lines += [f"![overhead ratios]({img_rel}/{name})", ""]
+    if ov.get("bert_error"):
+        lines += [f"BERT-tiny row failed: `{ov['bert_error'][:300]}`", ""]
+    if ov.get("memory"):
+        lines += ["### Peak memory", "",
+                  f"Method: {ov['memory_method']}. `tf.config.experimental.get_memory_info` "
+                  f"on CPU: {ov['tf_get_memory_info_cpu']}. 'increment' = peak RSS minus the "
+                  "RSS just before the model was built (TensorFlow's own footprint removed). "
+                  "Peak RSS on CPU includes graph construction and optimisation, which for "
+                  "these small models dwarfs the tensors.",
+                  "",
+                  "| model | pair | batch | variant | base peak MB | variant peak MB | "
+                  "peak ratio (min/median/max) | increment ratio (min/median/max) |",
+                  "|---|---|---:|---|---:|---:|---:|---:|"]
+        for m in ov["memory"]:
+            for v, r in m.items():
+                if not isinstance(r, dict) or "peak_ratio" not in r:
+                    continue
+                pr, ir = r["peak_ratio"], r["increment_ratio"]
+                lines.append(f"| {m['model']} | {PAIR_LABEL.get(m['pair'], m['pair'])} | "
+                             f"{m['batch']} | {v} | {m['base_peak_mb_median']:.0f} | "
+                             f"{r['peak_mb_median']:.0f} | {pr['min']:.3f} / {pr['median']:.3f}"
+                             f" / {pr['max']:.3f} | {ir['min']:.2f} / {ir['median']:.2f} / "
+                             f"{ir['max']:.2f} |")
+        lines.append("")
+
+
+def main(argv):
+    del argv
+    sweep_path = FLAGS.sweep or os.path.join(
+        RESULTS, "sweep_quick.json" if FLAGS.quick else "sweep.json")
+    ov_path = FLAGS.overhead or os.path.join(
+        RESULTS, "overhead_quick.json" if FLAGS.quick else "overhead.json")
+    sweep, ov = _load(sweep_path), _load(ov_path)
+    probes = [(p, d) for p in FLAGS.lr_probes
+              if (d := _load(os.path.join(RESULTS, p))) is not None]
+    os.makedirs(FLAGS.images_dir, exist_ok=True)
+    img_rel = os.path.relpath(FLAGS.images_dir, os.path.dirname(os.path.abspath(FLAGS.out_md)))
+    body, headline, headline_ov = [], [], []
+    if sweep:
+        sweep_sections(sweep, img_rel, FLAGS.images_dir, body, headline)
+    if ov:
+        overhead_section(ov, img_rel, FLAGS.images_dir, body, headline_ov)
+    if probes and not FLAGS.quick:
+        lr_probe_section(probes, body)
+
+    quick = (sweep or {}).get("config", {}).get("quick") or (ov or {}).get("config", {}).get(
+        "quick")
+    env = (sweep or ov or {}).get("environment", {})
+    head = ["# VRGD benchmark results", "",
+            "<!-- Generated by benchmarks/render.py from benchmarks/results/*.json; do not "
+            "edit by hand. -->", ""]
+    if quick:
+        head += ["> **These are `--quick` results** (small data, few epochs, 2 seeds): a smoke "
+                 "test of the pipeline, not evidence. Render the full runs for conclusions.",
+                 ""]
+    head += [f"Rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
+             f" from `{os.path.relpath(sweep_path, REPO)}` and "
+             f"`{os.path.relpath(ov_path, REPO)}`. Machine: {env.get('platform')}, "
+             f"{env.get('cpu_count')} CPU cores, TensorFlow {env.get('tensorflow')}, Keras "
+             f"{env.get('keras')}; load average at the start "
+             f"{env.get('loadavg_at_start')} (the cores were shared, so absolute times are "
+             "noisy; ratios are measured within one process).", "",
+             "Replicas are logical CPU devices of one host: the maths of k-replica data "
+             "parallelism is exact, but the all-reduce is an in-memory copy-and-add, not a "
+             "network collective, and the k replicas share 2 cores, so step-time ratios "
+             "reflect per-op overheads more than communication.", ""]
+    if headline or headline_ov:
+        head += ["## Headline", ""]
+        for ds, pair, b, dt, dg, n in headline:
+            head.append(f"- {ds}, {PAIR_LABEL[pair]}, largest batch {b}: VR − base test "
+                        f"accuracy {pm(dt)} pp ({verdict(dt)}), gap Δ {pm(dg)} pp "
+                        f"({verdict(dg, higher_is_better=False)}; negative = smaller gap with VR), "
+                        f"{n} seeds.")
+        for e in headline_ov:
+            r = e["ratio"]["vr"]
+            extra = ""
+            if "vr_fix" in e["ratio"]:
+                extra = f"; proposal vr_fix {e['ratio']['vr_fix']['median']:.3f}"
+            head.append(f"- Step time VR/base, {e['model']} {PAIR_LABEL.get(e['pair'], e['pair'])}"
+                        f" batch {e['batch']}: median {r['median']:.3f} (min {r['min']:.3f}, "
+                        f"max {r['max']:.3f}){extra}.")
+        head.append("")
+    text = "\n".join(head + body).rstrip() + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
+    with open(FLAGS.out_md, "w") as f:
+        f.write(text)
+    print(f"wrote {FLAGS.out_md} and {FLAGS.images_dir}/*.png")
+
+
+if __name__ == "__main__":
+    app.run(main)
