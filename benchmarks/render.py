@@ -346,7 +346,11 @@ def sweep_sections(sweep, img_rel, img_dir, lines, headline):
         "## Batch-size sweep", "",
         f"Command: `{sweep['command']}`  ",
         f"Status: {status}; wall time {sweep.get('elapsed_s', 0) / 60:.1f} min"
-        f" (started {sweep.get('started')}).", "",
+        f" (started {sweep.get('started')}).", ""] + [
+        f"Resumed from an earlier invocation: `{h.get('command')}` (started {h.get('started')},"
+        f" seeds {h.get('seeds')}, {h.get('runs_at_stop')} runs kept; runs are keyed by their "
+        "own settings, so kept runs are identical to what this command would produce)."
+        for h in sweep.get("history", [])] + ["",
         "Setup (from the results file): " + "; ".join([
             f"model {cfg['model']}",
             f"{cfg['replicas']} logical CPU replicas, MirroredStrategy + ReductionToOneDevice",
@@ -468,12 +472,14 @@ def sweep_sections(sweep, img_rel, img_dir, lines, headline):
     plot_gsnr(sweep, ds0, [min(b0), max(b0)], gp, os.path.join(img_dir, name))
     lines += [f"![GSNR evolution]({img_rel}/{name})", ""]
 
-    # Ablations.
-    all_runs = main_runs(sweep)
+    # Ablations: only the ablation seeds, so that every row has the same seeds.
+    ab_seeds = set(range(cfg.get("ablation_seeds") or cfg["seeds"]))
+    all_runs = [r for r in main_runs(sweep) if r["seed"] in ab_seeds]
     ab_ds, ab_pair, ab_b = cfg["ablation_dataset"], cfg["ablation_pair"], cfg["ablation_batch"]
     if "k" in cfg["experiments"]:
         rows = []
-        lines += [f"### k ablation ({PAIR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b})", "",
+        lines += [f"### k ablation ({PAIR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b}, seeds "
+                  f"{sorted(ab_seeds)})", "",
                   "Replicas k change how many shards the GSNR is estimated from (and the "
                   "per-replica batch); the base optimizer's maths does not depend on k.", "",
                   "| k | per-replica batch | base test | VR test | Δ test | verdict | VR gap | "
@@ -507,7 +513,7 @@ def sweep_sections(sweep, img_rel, img_dir, lines, headline):
         base = select(all_runs, dataset=ab_ds, pair=ab_pair, side="base", batch=ab_b,
                       replicas=cfg["replicas"])
         lines += [f"### gamma ablation ({VR_LABEL[ab_pair]}, {ab_ds}, batch {ab_b}, "
-                  f"{cfg['replicas']} replicas)", "",
+                  f"{cfg['replicas']} replicas, seeds {sorted(ab_seeds)})", "",
                   f"Base {PAIR_LABEL[ab_pair]}: test {pm([r['final']['test_acc'] for r in base])}"
                   f", gap {pm([r['final']['gap'] for r in base])}. gamma = 1 must reproduce "
                   "the base optimizer exactly (factor identically 1).", "",

@@ -40,9 +40,9 @@ flags.DEFINE_string("out", None, "JSON results file. Default benchmarks/results/
 flags.DEFINE_list("experiments", ["batch", "k", "gamma"], "Subset of batch,k,gamma,lr.")
 flags.DEFINE_list("datasets", ["mnist1d", "digits"], "Data sets for the batch experiment.")
 flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Optimizer pairs.")
-flags.DEFINE_integer("seeds", 3, "Seeds per configuration (0 .. seeds-1).")
-flags.DEFINE_integer("ablation_seeds", None, "Seeds of the k and gamma ablations "
-                     "(default --seeds).")
+flags.DEFINE_integer("seeds", 5, "Seeds per configuration (0 .. seeds-1).")
+flags.DEFINE_integer("ablation_seeds", 3, "Seeds of the k and gamma ablations "
+                     "(0 = same as --seeds).")
 flags.DEFINE_integer("mnist1d_train", 40000, "MNIST-1D training samples.")
 flags.DEFINE_integer("mnist1d_test", 10000, "MNIST-1D test samples.")
 flags.DEFINE_integer("mnist1d_data_seed", 0, "Seed of the MNIST-1D generator.")
@@ -106,7 +106,7 @@ def main(argv):
     config = {
         "quick": FLAGS.quick, "experiments": FLAGS.experiments, "datasets": FLAGS.datasets,
         "pairs": FLAGS.pairs, "seeds": FLAGS.seeds,
-        "ablation_seeds": FLAGS.ablation_seeds or FLAGS.seeds, "mnist1d_train": FLAGS.mnist1d_train,
+        "ablation_seeds": min(FLAGS.ablation_seeds or FLAGS.seeds, FLAGS.seeds), "mnist1d_train": FLAGS.mnist1d_train,
         "mnist1d_test": FLAGS.mnist1d_test, "mnist1d_data_seed": FLAGS.mnist1d_data_seed,
         "batches": [int(b) for b in FLAGS.batches],
         "digits_batches": [int(b) for b in FLAGS.digits_batches],
@@ -124,17 +124,29 @@ def main(argv):
         "loss": "softmax cross-entropy, sum over shard / global batch",
     }
     runs = []
+    history = []
+    # Runs are keyed by their own settings (seed included), so a file made with other seed
+    # counts but the same configuration otherwise can be extended.
+    seedless = ("seeds", "ablation_seeds")
+
+    def comparable(c):
+        return {k: v for k, v in c.items() if k not in seedless}
     if FLAGS.resume and os.path.exists(out):
         old = benchlib.read_json(out)
-        if old.get("config") == config:
+        if comparable(old.get("config", {})) == comparable(config):
             runs = old.get("runs", [])
+            history = old.get("history", []) + [{
+                "command": old.get("command"), "started": old.get("started"),
+                "seeds": old["config"].get("seeds"),
+                "ablation_seeds": old["config"].get("ablation_seeds"),
+                "runs_at_stop": len(runs)}]
             print(f"resuming: {len(runs)} runs already in {out}", flush=True)
         else:
             print(f"{out} has another configuration; starting afresh", flush=True)
     done = {tuple(r["key"]) for r in runs}
     doc = {"kind": "sweep", "command": benchlib.command_line(), "config": config,
            "environment": benchlib.environment(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "runs": runs, "complete": False}
+           "runs": runs, "complete": False, "history": history}
 
     data_cache = {}
 
@@ -193,7 +205,7 @@ def main(argv):
                                          0.1 if side == "vr" else None, seed,
                                          lr_for(ds, pair, batch)))
     ab_ds, ab_pair, ab_b = FLAGS.ablation_dataset, FLAGS.ablation_pair, FLAGS.ablation_batch
-    ab_seeds = list(range(FLAGS.ablation_seeds or FLAGS.seeds))
+    ab_seeds = list(range(min(FLAGS.ablation_seeds or FLAGS.seeds, FLAGS.seeds)))
     if "k" in FLAGS.experiments:
         for seed in ab_seeds:
             for k in [int(k) for k in FLAGS.k_values]:
