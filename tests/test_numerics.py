@@ -48,6 +48,13 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(stats.stack(), [mu, at_gamma, at_one], rtol=1e-5)
         self.assertGreater(at_gamma, 0.0)
 
+    def test_segment_ids_match_numpy_repeat_eager_and_compiled(self):
+        for sizes in ([3, 1, 4], [5], [2, 0, 3], [1, 1, 1], [7, 0]):
+            expected = np.repeat(np.arange(len(sizes)), sizes)
+            np.testing.assert_array_equal(gsnr.segment_ids(sizes).numpy(), expected)
+            compiled = tf.function(lambda: gsnr.segment_ids(sizes), jit_compile=True)
+            np.testing.assert_array_equal(compiled().numpy(), expected)
+
     def test_xla_compiled_factor_equals_eager(self):
         rng = np.random.RandomState(0)
         xs = (rng.randn(4, 7, 5) + rng.randn(7, 5)).astype(np.float32)

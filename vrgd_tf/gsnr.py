@@ -175,8 +175,23 @@ def _sizes(tensors) -> List[int]:
     return sizes
 
 
+def segment_ids(sizes: Sequence[int]) -> tf.Tensor:
+    """int32 ``[sum(sizes)]``: element ``i`` of the packed buffer -> its variable's index.
+
+    Made at run time in O(N) (ones scattered at the variables' starts, then a cumsum): no
+    N-sized constant in the program and no ``tf.repeat`` mask of ``n x max(sizes)``.
+    """
+    total = int(sum(sizes))
+    starts = np.cumsum(sizes)[:-1].astype(np.int32)
+    starts = starts[starts < total]  # trailing empty variables own no element
+    marks = tf.tensor_scatter_nd_add(tf.zeros([total], tf.int32), starts[:, None],
+                                     tf.ones([len(starts)], tf.int32))
+    return tf.math.cumsum(marks)
+
+
 def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int,
-                      gamma: float) -> Tuple[tf.Tensor, tf.Tensor]:
+                      gamma: float, segments: Optional[tf.Tensor] = None
+                      ) -> Tuple[tf.Tensor, tf.Tensor]:
     """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
 
     The element-wise math runs once over all elements; the per-variable means use segment
@@ -189,6 +204,7 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
       sizes: Python ints, the number of elements of each of the ``n`` variables.
       num_replicas: Python int >= 2, the number ``k`` of replicas summed.
       gamma: Python float in (0, 1], the lower bound of the factor.
+      segments: optional ``segment_ids(sizes)``, if the caller has it already.
 
     Returns:
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
@@ -197,7 +213,7 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
     """
     n = len(sizes)
     k = float(num_replicas)
-    segments = tf.repeat(tf.range(n, dtype=tf.int32), sizes)  # made at run time
+    segments = segment_ids(sizes) if segments is None else segments
     size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
 
     mean = s1 / k
@@ -382,7 +398,8 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     # One collective of one packed buffer [x, x**2] (float32 whatever the gradient dtype).
     sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
     s1, s2 = sums[:total], sums[total:]
-    factor, stats = gsnr_factors_flat(s1, s2, sizes, k, gamma)
+    segments = segment_ids(sizes)
+    factor, stats = gsnr_factors_flat(s1, s2, sizes, k, gamma, segments)
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
@@ -392,7 +409,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
         factor, new_deficit, _ = smooth_factor(
-            factor, old_deficit, tf.repeat(old_correction, sizes), beta_3, gamma)
+            factor, old_deficit, tf.gather(old_correction, segments), beta_3, gamma)
         new_correction = beta_3 * old_correction + (1.0 - beta_3)
         new_deficit = tf.where(keep, old_deficit, new_deficit)
         new_correction = tf.where(keep, old_correction, new_correction)
