@@ -175,9 +175,3 @@ class VRGDCommon:
             values = [float(x) for x in var.numpy()]
             out[name] = dict(zip(("mean_gsnr", "frac_at_gamma", "frac_at_one"), values))
         return out
-
-    def vrgd_statistics_tensors(self) -> List[Tuple[str, object]]:
-        """``[(variable name, float32 variable of shape [3])]``, for summaries in a graph."""
-        if self._vrgd_state is None:
-            return []
-        return list(zip(self._vrgd_state.variable_names, self._vrgd_state.statistics))

@@ -353,11 +353,11 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
 
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
     gradients. With ``k`` replicas in sync it makes exactly one
-    ``replica_context.all_reduce(SUM, ...)`` call over the ``2 n`` float32 tensors
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` packed in one buffer, computes the factors of all
-    variables at once (:func:`gsnr_factors_flat`), smooths them if ``beta_3 > 0``
-    (:func:`smooth_factor`), records the
-    diagnostics in ``state`` and returns ``u = factor * S1``. If any summed gradient is not
+    ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
+    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements),
+    computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
+    if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` and
+    returns ``u = factor * S1``. If any summed gradient is not
     finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
     non-finite values pass through to the caller.
 
@@ -377,6 +377,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
 
     Raises:
       RuntimeError: called in a cross-replica context.
+      ValueError: a gradient without a static shape.
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
