@@ -249,7 +249,8 @@ class ExperimentConfigTest(tf.test.TestCase):
             config, "trainer.optimizer_config.optimizer.type=vrgd_lam", is_strict=True)
         with self.assertRaisesRegex(KeyError, "vrgd_lam.*known types:.*vrgd_lamb"):
             config.validate()
-        for field, value in (("gamma", 0.0), ("gamma", 1.5), ("beta_3", 1.0)):
+        for field, value in (("gamma", 0.0), ("gamma", 1.5), ("beta_3", 1.0),
+                             ("statistics_interval", -1)):
             config = exp_factory.get_exp_config("vrgd_resnet_imagenet")
             hyperparams.override_params_dict(
                 config, f"trainer.optimizer_config.optimizer.vrgd_lars.{field}={value}",
@@ -389,10 +390,13 @@ class YamlFilesTest(tf.test.TestCase):
         self.assertTrue(config.task.scale_loss)
         # The `lamb` block mirrors `vrgd_lamb` for the baseline.
         blocks = opt_yaml["optimizer"]
-        vr = {k: v for k, v in blocks["vrgd_lamb"].items() if k not in ("gamma", "beta_3")}
+        vr = {k: v for k, v in blocks["vrgd_lamb"].items()
+              if k not in ("gamma", "beta_3", "statistics_interval")}
         self.assertEqual(vr, blocks["lamb"])
         self.assertEqual((blocks["vrgd_lamb"]["gamma"], blocks["vrgd_lamb"]["beta_3"]),
                          (0.1, 0.9))
+        self.assertEqual(blocks["vrgd_lamb"]["statistics_interval"],
+                         config.trainer.steps_per_loop)
 
     def _check_resnet50(self, name, config, opt_yaml):
         batch = {"32k": 32768, "64k": 65536, "96k": 98304}[
@@ -409,12 +413,15 @@ class YamlFilesTest(tf.test.TestCase):
                           poly["decay_steps"], poly["end_learning_rate"]),
                          (31.2, 2.0, w, t - w, 1e-4))
         blocks = opt_yaml["optimizer"]
-        vr = {k: v for k, v in blocks["vrgd_lars"].items() if k not in ("gamma", "beta_3")}
+        vr = {k: v for k, v in blocks["vrgd_lars"].items()
+              if k not in ("gamma", "beta_3", "statistics_interval")}
         self.assertEqual(vr, blocks["lars"])
         self.assertEqual(vr["weight_decay_rate"], 2e-4)
         self.assertEqual((vr["momentum"], vr["eeta"]), (0.9, 0.001))
         self.assertEqual((blocks["vrgd_lars"]["gamma"], blocks["vrgd_lars"]["beta_3"]),
                          (0.1, 0.0))
+        self.assertEqual(blocks["vrgd_lars"]["statistics_interval"],
+                         config.trainer.steps_per_loop)
 
     def test_cpu_pairs_differ_only_in_the_optimizer(self):
         for vr, base, opt in (("tiny_bert_shakespeare_vrlamb", "tiny_bert_shakespeare_lamb",
@@ -429,7 +436,7 @@ class YamlFilesTest(tf.test.TestCase):
             self.assertEqual(opt_b["optimizer"]["type"], opt)
             settings_a = dict(opt_a["optimizer"]["vrgd_" + opt])
             settings_b = dict(opt_b["optimizer"][opt])
-            for key in ("gamma", "beta_3", "name"):
+            for key in ("gamma", "beta_3", "statistics_interval", "name"):
                 settings_a.pop(key)
             settings_b.pop("name")
             self.assertEqual(settings_a, settings_b)

@@ -54,12 +54,14 @@ BERT_OVERRIDES = [
     "trainer.validation_steps=4",
     "trainer.optimizer_config.learning_rate.polynomial.decay_steps=100",
     "trainer.optimizer_config.warmup.polynomial.warmup_steps=5",
+    "trainer.optimizer_config.optimizer.vrgd_lamb.statistics_interval=10",
 ]
 RESNET_OVERRIDES = [
     "task.train_data.global_batch_size=32",
     "trainer.optimizer_config.learning_rate.polynomial.decay_steps=95",
     "trainer.optimizer_config.learning_rate.polynomial.offset=5",
     "trainer.optimizer_config.warmup.linear.warmup_steps=5",
+    "trainer.optimizer_config.optimizer.vrgd_lars.statistics_interval=10",
 ]
 LOOP_OVERRIDES = ["trainer.steps_per_loop=10", "trainer.summary_interval=10",
                   f"trainer.checkpoint_interval={FIRST_STEPS}",
@@ -178,6 +180,24 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         losses = read_scalars(os.path.join(run.model_dir, "train"), "training_loss")
         self.assertContainsSubset([10, 20, FIRST_STEPS], losses)
         self.assertLess(losses[FIRST_STEPS], losses[10], losses)
+        # GSNR diagnostics (VRGDTrainer): means in the loop logs, recorded on each loop's
+        # last step (statistics_interval = steps_per_loop = 10), per variable in train/vrgd.
+        mean_gsnr = read_scalars(os.path.join(run.model_dir, "train"), "vrgd/mean/mean_gsnr")
+        self.assertContainsSubset([10, 20, FIRST_STEPS], mean_gsnr)
+        self.assertGreater(min(mean_gsnr.values()), 0.0)
+        at_gamma = read_scalars(os.path.join(run.model_dir, "train"),
+                                "vrgd/mean/frac_at_gamma")
+        self.assertBetween(at_gamma[FIRST_STEPS], 1e-6, 1.0)
+        self.assertIn("vrgd/mean/mean_gsnr", run.output)
+        per_variable = glob.glob(os.path.join(run.model_dir, "train", "vrgd",
+                                              "events.out.tfevents.*"))
+        self.assertNotEmpty(per_variable)
+        tags = {v.tag for path in per_variable
+                for event in tf.compat.v1.train.summary_iterator(path)
+                for v in event.summary.value}
+        self.assertIn("vrgd/hist/frac_at_gamma", tags)
+        self.assertTrue(any(t.endswith("/mean_gsnr") and not t.startswith("vrgd/mean/")
+                            for t in tags), tags)
         # A checkpoint at the last step, with the step and the VRGD state in it.
         self.assertTrue(tf.io.gfile.exists(self.first_ckpt[name] + ".index"))
         reader = tf.train.load_checkpoint(self.first_ckpt[name])

@@ -48,12 +48,28 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(stats.stack(), [mu, at_gamma, at_one], rtol=1e-5)
         self.assertGreater(at_gamma, 0.0)
 
-    def test_segment_ids_match_numpy_repeat_eager_and_compiled(self):
-        for sizes in ([3, 1, 4], [5], [2, 0, 3], [1, 1, 1], [7, 0]):
-            expected = np.repeat(np.arange(len(sizes)), sizes)
-            np.testing.assert_array_equal(gsnr.segment_ids(sizes).numpy(), expected)
-            compiled = tf.function(lambda: gsnr.segment_ids(sizes), jit_compile=True)
-            np.testing.assert_array_equal(compiled().numpy(), expected)
+    def test_packed_variables_match_per_variable_reference_eager_and_compiled(self):
+        # Each variable of the packed buffer is normalised by its own mean GSNR; empty
+        # variables anywhere in the list own no element.
+        rng = np.random.RandomState(3)
+        k = 4
+        for sizes in ([3, 1, 4], [5], [2, 0, 3], [1, 1, 1], [7, 0], [0, 6]):
+            parts = [(rng.randn(k, n) * rng.uniform(0.7, 2) + rng.randn(n)).astype(np.float32)
+                     for n in sizes]
+            xs = np.concatenate(parts, axis=1)
+            s1 = tf.constant(xs.sum(0))
+            s2 = tf.constant((xs ** 2).sum(0))
+            expected = np.concatenate([ref.gsnr_factor(p, 0.1)[0] if p.size else np.zeros(0)
+                                       for p in parts])
+            expected_stats = [ref.gsnr_statistics(p, 0.1) if p.size else (0.0, 0.0, 0.0)
+                              for p in parts]
+            eager = gsnr.gsnr_factors_flat(s1, s2, sizes, k, 0.1)
+            compiled = tf.function(lambda a, b: gsnr.gsnr_factors_flat(a, b, sizes, k, 0.1),
+                                   jit_compile=True)(s1, s2)
+            # Float32 one-pass variance: relative error ~ k * eps32 * (1 + r), see gsnr.py.
+            for factor, stats in (eager, compiled):
+                self.assertAllClose(factor, expected, rtol=1e-4, atol=1e-6)
+                self.assertAllClose(stats, expected_stats, rtol=1e-4, atol=1e-6)
 
     def test_xla_compiled_factor_equals_eager(self):
         rng = np.random.RandomState(0)

@@ -50,6 +50,38 @@ class SummariesTest(tf.test.TestCase):
         self.assertIn("vrgd/net/d/kernel/mean_gsnr", tags)
         self.assertIn("vrgd/hist/frac_at_gamma", tags)
 
+    def test_statistics_interval_records_on_multiples_of_it(self):
+        """3 steps on 2 replicas: interval 1 keeps step 3's statistics, interval 2 step 2's
+        (the step that brings ``iterations`` to 2), interval 0 none; both families."""
+        from test_keras_reference import make_problem
+        import tf_keras  # noqa: F401  (the tf_keras family needs it)
+        from vrgd_tf import tf_keras as vr_tf_keras
+        init, grads = make_problem(2, seed=5, steps=3)
+        families = [
+            (vrgd_tf.VRGDLamb, None),
+            (vr_tf_keras.VRGDLamb, lambda n, v: tf.Variable(v, name=n)),
+        ]
+        for cls, make_variable in families:
+            for interval, step in ((1, 2), (2, 1), (0, None)):
+                _, opt = util.run_custom_loop(
+                    util.strategy_for(2),
+                    lambda: cls(learning_rate=0.01, statistics_interval=interval),  # noqa
+                    init, grads, make_variable=make_variable)
+                self.assertEqual(opt.get_config()["statistics_interval"], interval)
+                for name, var in zip(opt._vrgd_state.variable_names,
+                                     opt._vrgd_state.statistics):
+                    key = [n for n in init if name.endswith(n)][0]
+                    expected = (np.zeros(3) if step is None
+                                else ref.gsnr_statistics(grads[key][step], 0.1))
+                    self.assertAllClose(var.numpy(), expected, rtol=1e-5, atol=1e-7,
+                                        msg=f"{cls.__module__} interval={interval} {name}")
+
+    def test_statistics_interval_checked(self):
+        with self.assertRaisesRegex(ValueError, "statistics_interval.*>= 0"):
+            vrgd_tf.VRGDSGD(statistics_interval=-1)
+        with self.assertRaisesRegex(TypeError, "statistics_interval"):
+            vrgd_tf.VRGDSGD(statistics_interval=2.5)
+
     def test_update_freq_checked(self):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)

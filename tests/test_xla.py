@@ -94,13 +94,25 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
                 ctx = FakeReplicaContext(others)
                 mine = [tf.constant(grads[n][step, 0]) for n in names]
 
-                def fn(*g):
+                def fn(record, *g):
                     return gsnr.variance_reduce(list(g), variables, gamma=0.1, beta_3=beta_3,
-                                                state=state, replica_context=ctx)
-                outs.append([o.numpy() for o in tf.function(fn, jit_compile=jit)(*mine)])
+                                                state=state, replica_context=ctx,
+                                                record_statistics=record)
+                # Diagnostics recorded on the second step only (a tf.cond in the program).
+                out = tf.function(fn, jit_compile=jit)(tf.constant(step == 1), *mine)
+                outs.append([o.numpy() for o in out])
+                stats.append([v.numpy() for v in state.statistics])
             return outs
 
-        compiled, eager = run(True), run(False)
+        stats = []
+        compiled = run(True)
+        compiled_stats, stats = stats, []
+        eager = run(False)
+        for step_stats in (compiled_stats, stats):
+            for i, n in enumerate(names):
+                self.assertAllEqual(step_stats[0][i], np.zeros(3))
+                self.assertAllClose(step_stats[1][i], ref.gsnr_statistics(grads[n][1], 0.1),
+                                    rtol=1e-5, atol=1e-7)
         moms = {n: ref.FactorMomentum(beta_3) for n in names}
         for step in range(2):
             for i, n in enumerate(names):

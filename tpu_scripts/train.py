@@ -1,8 +1,9 @@
 r"""Trains and evaluates a Model Garden experiment with the VRGD optimizers.
 
 Model Garden's standard driver (``official/nlp/train.py``, ``official/vision/train.py``)
-with the VRGD optimizers and experiments registered (``import vrgd_tf.model_garden``) and
-one addition, ``--cpu_replicas``, so that the very command that runs on a Cloud TPU also
+with the VRGD optimizers and experiments registered (``import vrgd_tf.model_garden``), the
+GSNR diagnostics in the train summaries (:class:`vrgd_tf.model_garden.trainer.VRGDTrainer`)
+and one addition, ``--cpu_replicas``, so that the very command that runs on a Cloud TPU also
 runs, data-parallel, on a machine's CPU.
 
 Flags are Model Garden's (``official.common.flags.define_flags``): ``--experiment``,
@@ -145,10 +146,10 @@ def main(argv):
     import gin
     from official.common import registry_imports  # Model Garden's own experiments.
     from official.core import task_factory
-    from official.core import train_lib
     from official.core import train_utils
     from official.modeling import performance
     import vrgd_tf.model_garden  # The VRGD optimizers and experiments.
+    from vrgd_tf.model_garden import trainer as trainer_lib
     # pylint: enable=g-import-not-at-top,unused-import
 
     gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
@@ -184,7 +185,7 @@ def main(argv):
 
     with strategy.scope():
         task = task_factory.get_task(params.task, logging_dir=model_dir)
-    train_lib.run_experiment(
+    trainer_lib.run_experiment(
         distribution_strategy=strategy, task=task, mode=FLAGS.mode, params=params,
         model_dir=model_dir, enable_async_checkpointing=FLAGS.enable_async_checkpointing)
     train_utils.save_gin_config(FLAGS.mode, model_dir)

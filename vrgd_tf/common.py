@@ -11,6 +11,8 @@ import inspect
 import logging
 from typing import Dict, List, Tuple
 
+import tensorflow as tf
+
 from vrgd_tf import gsnr
 from vrgd_tf import validation
 
@@ -44,6 +46,10 @@ VRGD_ARGS_DOC = """
         ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
       beta_3: float in [0, 1), decay of the factor's momentum with bias correction
         (Section 4.2; *our reading*). Default {beta_3}.
+      statistics_interval: int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``)
+        are computed and stored on the steps that bring ``iterations`` to a multiple of it
+        (every step for 1, never for 0); other steps skip that work. Set it to the
+        summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``). Default 1.
 
     Gradients are all-reduced together with their squares (one collective); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
@@ -51,8 +57,8 @@ VRGD_ARGS_DOC = """
     logged once. Diagnostics: ``vrgd_statistics()``.
 
     Raises:
-      ValueError, TypeError: at construction, for ``gamma``, ``beta_3`` or a base argument
-        outside its range (the message names it).
+      ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
+        ``statistics_interval`` or a base argument outside its range (the message names it).
 """
 
 
@@ -89,14 +95,17 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
 
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
-    to ``class_name``), plus keyword-only ``gamma=0.1`` and ``beta_3=default_beta_3``."""
+    to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3`` and
+    ``statistics_interval=1``."""
     params = [p.replace(default=class_name) if p.name == "name" else p
               for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]]
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
     extra = [inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
              inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY,
-                               default=default_beta_3)]
+                               default=default_beta_3),
+             inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY,
+                               default=1)]
     return inspect.Signature(params + extra + var_kw)
 
 
@@ -110,14 +119,17 @@ class VRGDCommon:
     Attributes:
       gamma: float in (0, 1], lower bound of the factor (paper eq. 9; default 0.1).
       beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
+      statistics_interval: int >= 0, steps between two recordings of the diagnostics.
     """
 
     _vrgd_base_class = None
     _vrgd_default_beta_3 = 0.0
 
-    def __init__(self, *args, gamma=0.1, beta_3=None, **kwargs):
+    def __init__(self, *args, gamma=0.1, beta_3=None, statistics_interval=1, **kwargs):
         base = self._vrgd_base_class
         gamma = gsnr.validate_gamma(gamma)
+        statistics_interval = validation.check_count("statistics_interval",
+                                                     statistics_interval)
         beta_3 = gsnr.validate_beta_3(self._vrgd_default_beta_3 if beta_3 is None else beta_3)
         check_base_arguments(base, args, kwargs)
         params = list(inspect.signature(base.__init__).parameters)
@@ -127,6 +139,7 @@ class VRGDCommon:
         super().__init__(*args, **kwargs)
         self.gamma = gamma
         self.beta_3 = beta_3
+        self.statistics_interval = statistics_interval
         self._vrgd_state = None
         self._vrgd_warned_single_replica = False
 
@@ -137,7 +150,8 @@ class VRGDCommon:
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
             if arg in params and arg not in config:
                 config[arg] = getattr(self, arg, None)
-        config.update({"gamma": self.gamma, "beta_3": self.beta_3})
+        config.update({"gamma": self.gamma, "beta_3": self.beta_3,
+                       "statistics_interval": self.statistics_interval})
         return config
 
     def _vrgd_warn_single_replica(self) -> None:
@@ -156,9 +170,21 @@ class VRGDCommon:
         reduced = gsnr.variance_reduce(
             [g for g, _ in present], [v for _, v in present], gamma=self.gamma,
             beta_3=self.beta_3, state=self._vrgd_state, replica_context=replica_context,
-            warn_single_replica=self._vrgd_warn_single_replica)
+            warn_single_replica=self._vrgd_warn_single_replica,
+            record_statistics=self._vrgd_record_statistics())
         it = iter(reduced)
         return [(next(it) if g is not None else None, v) for g, v in pairs]
+
+    def _vrgd_record_statistics(self):
+        """True, False, or a scalar bool tensor: whether this step records diagnostics.
+
+        Called at the aggregation hook, where ``iterations`` still counts the completed
+        steps (both families increment it after the update).
+        """
+        if self.statistics_interval <= 1:
+            return self.statistics_interval == 1
+        step = tf.cast(self.iterations, tf.int64) + 1
+        return tf.equal(step % self.statistics_interval, 0)
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
         """The last step's GSNR diagnostics per variable (first replica's copy).
@@ -166,7 +192,8 @@ class VRGDCommon:
         Returns:
           ``{variable name: {"mean_gsnr": float, "frac_at_gamma": float,
           "frac_at_one": float}}``; empty before the optimizer is built. The values are
-          those of the last step taken with more than one replica (zeros before that).
+          those of the last recording step (see ``statistics_interval``) taken with more
+          than one replica and finite gradients (zeros before that).
         """
         if self._vrgd_state is None:
             return {}

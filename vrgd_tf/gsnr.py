@@ -175,27 +175,30 @@ def _sizes(tensors) -> List[int]:
     return sizes
 
 
-def segment_ids(sizes: Sequence[int]) -> tf.Tensor:
-    """int32 ``[sum(sizes)]``: element ``i`` of the packed buffer -> its variable's index.
+def _sum_per_variable(x: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
+    """float32 ``[n]``: the sums of the ``n`` consecutive slices of sizes ``sizes`` of the
+    flat ``x``.
 
-    Made at run time in O(N) (ones scattered at the variables' starts, then a cumsum): no
-    N-sized constant in the program and no ``tf.repeat`` mask of ``n x max(sizes)``.
+    Static slices and one reduction each: no ``[N]`` segment-id tensor, which XLA would
+    constant-fold at compile time (a minute for 4M elements) and which on CPU makes
+    ``unsorted_segment_sum`` and ``gather`` several times slower than slicing.
     """
-    total = int(sum(sizes))
-    starts = np.cumsum(sizes)[:-1].astype(np.int32)
-    starts = starts[starts < total]  # trailing empty variables own no element
-    marks = tf.tensor_scatter_nd_add(tf.zeros([total], tf.int32), starts[:, None],
-                                     tf.ones([len(starts)], tf.int32))
-    return tf.math.cumsum(marks)
+    return tf.stack([tf.reduce_sum(part) for part in tf.split(x, list(sizes))])
+
+
+def _per_element(values: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
+    """``[N]``: ``values[i]`` repeated ``sizes[i]`` times, by static broadcasts."""
+    return tf.concat([tf.broadcast_to(v, [size])
+                      for v, size in zip(tf.unstack(values, num=len(sizes)), sizes)], 0)
 
 
 def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int,
-                      gamma: float, segments: Optional[tf.Tensor] = None
-                      ) -> Tuple[tf.Tensor, tf.Tensor]:
+                      gamma: float) -> Tuple[tf.Tensor, tf.Tensor]:
     """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
 
-    The element-wise math runs once over all elements; the per-variable means use segment
-    sums. Pure math, no collective: usable inside ``tf.function(jit_compile=True)``.
+    The element-wise math runs once over all elements; the per-variable means are sums over
+    static slices. Pure math, no collective: usable inside
+    ``tf.function(jit_compile=True)``.
 
     Args:
       s1: float32 tensor ``[N]``: ``sum_d x_d`` over the ``num_replicas`` replicas, the
@@ -204,18 +207,19 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
       sizes: Python ints, the number of elements of each of the ``n`` variables.
       num_replicas: Python int >= 2, the number ``k`` of replicas summed.
       gamma: Python float in (0, 1], the lower bound of the factor.
-      segments: optional ``segment_ids(sizes)``, if the caller has it already.
 
     Returns:
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
       exactly 1 wherever the GSNR is undefined; ``stats`` is float32 ``[n, 3]``, one
       :class:`GSNRStatistics` row (mean GSNR, fraction at gamma, fraction at 1) per variable.
     """
-    n = len(sizes)
-    k = float(num_replicas)
-    segments = segment_ids(sizes) if segments is None else segments
-    size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
+    factor, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
+    return factor, make_statistics()
 
+
+def _factors(s1, s2, sizes, num_replicas, gamma) -> Tuple[tf.Tensor, Callable[[], tf.Tensor]]:
+    """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``)."""
+    k = float(num_replicas)
     mean = s1 / k
     mean_sq = s2 / k
     variance = mean_sq - tf.square(mean)
@@ -225,25 +229,27 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
     safe_variance = tf.where(defined, variance, tf.ones_like(variance))
     ratio = tf.where(defined, tf.square(mean) / safe_variance, tf.zeros_like(variance))
 
-    num_defined = tf.math.unsorted_segment_sum(tf.cast(defined, tf.float32), segments, n)
-    mean_ratio = tf.math.divide_no_nan(tf.math.unsorted_segment_sum(ratio, segments, n),
-                                       num_defined)
+    num_defined = _sum_per_variable(tf.cast(defined, tf.float32), sizes)
+    mean_ratio = tf.math.divide_no_nan(_sum_per_variable(ratio, sizes), num_defined)
     usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
     safe_mean_ratio = tf.where(usable, mean_ratio, tf.ones_like(mean_ratio))
 
-    normalised = ratio / tf.gather(safe_mean_ratio, segments)
-    use = defined & tf.gather(usable, segments)
+    normalised = ratio / _per_element(safe_mean_ratio, sizes)
+    use = defined & _per_element(usable, sizes)
     factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), tf.ones_like(normalised))
 
-    at_gamma = (tf.cast(use & (normalised <= gamma), tf.float32) if gamma < 1.0
-                else tf.zeros_like(factor))
-    at_one = tf.cast(factor >= 1.0, tf.float32)
-    stats = tf.stack([
-        mean_ratio,
-        tf.math.unsorted_segment_sum(at_gamma, segments, n) / size_f,
-        tf.math.unsorted_segment_sum(at_one, segments, n) / size_f,
-    ], axis=1)
-    return factor, stats
+    def make_statistics():
+        size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
+        at_gamma = (tf.cast(use & (normalised <= gamma), tf.float32) if gamma < 1.0
+                    else tf.zeros_like(factor))
+        at_one = tf.cast(factor >= 1.0, tf.float32)
+        return tf.stack([
+            mean_ratio,
+            _sum_per_variable(at_gamma, sizes) / size_f,
+            _sum_per_variable(at_one, sizes) / size_f,
+        ], axis=1)
+
+    return factor, make_statistics
 
 
 def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
@@ -348,7 +354,8 @@ class VRGDState:
 def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_3: float,
                     state: Optional[VRGDState],
                     replica_context: Optional[tf.distribute.ReplicaContext] = None,
-                    warn_single_replica: Optional[Callable[[], None]] = None) -> List:
+                    warn_single_replica: Optional[Callable[[], None]] = None,
+                    record_statistics=True) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
@@ -356,8 +363,8 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
     ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements),
     computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
-    if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` and
-    returns ``u = factor * S1``. If any summed gradient is not
+    if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
+    ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
     finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
     non-finite values pass through to the caller.
 
@@ -370,6 +377,9 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
       state: the optimizer's :class:`VRGDState` (may be None only if ``k == 1``).
       replica_context: defaults to ``tf.distribute.get_replica_context()``.
       warn_single_replica: called (at trace time) when ``k == 1``.
+      record_statistics: Python bool or scalar bool tensor: whether this step computes and
+        stores the diagnostics (the two extra per-variable reductions run inside a
+        ``tf.cond``, so steps that do not record skip them).
 
     Returns:
       List of ``n`` dense tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -399,27 +409,35 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     # One collective of one packed buffer [x, x**2] (float32 whatever the gradient dtype).
     sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
     s1, s2 = sums[:total], sums[total:]
-    segments = segment_ids(sizes)
-    factor, stats = gsnr_factors_flat(s1, s2, sizes, k, gamma, segments)
+    factor, make_statistics = _factors(s1, s2, sizes, k, gamma)
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
-    keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(s1)))
+    all_finite = tf.reduce_all(tf.math.is_finite(s1))
     index = [state.index(v) for v in variables]
     if beta_3 > 0.0:
         old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
         factor, new_deficit, _ = smooth_factor(
-            factor, old_deficit, tf.gather(old_correction, segments), beta_3, gamma)
+            factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma)
         new_correction = beta_3 * old_correction + (1.0 - beta_3)
-        new_deficit = tf.where(keep, old_deficit, new_deficit)
-        new_correction = tf.where(keep, old_correction, new_correction)
+        new_deficit = tf.where(all_finite, new_deficit, old_deficit)
+        new_correction = tf.where(all_finite, new_correction, old_correction)
         for j, part, c in zip(index, tf.split(new_deficit, sizes), tf.unstack(new_correction)):
             state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
             state.corrections[j].assign(c)
-    old_stats = tf.stack([tf.convert_to_tensor(state.statistics[j]) for j in index])
-    for j, row in zip(index, tf.unstack(tf.where(keep, old_stats, stats))):
-        state.statistics[j].assign(row)
+
+    def record():
+        stats = make_statistics()
+        for j, row in zip(index, tf.unstack(stats, num=len(index))):
+            state.statistics[j].assign(row)
+        return tf.constant(True)
+
+    if record_statistics is True:
+        tf.cond(all_finite, record, lambda: tf.constant(False))
+    elif record_statistics is not False:
+        tf.cond(tf.logical_and(all_finite, record_statistics), record,
+                lambda: tf.constant(False))
 
     return [tf.cast(tf.reshape(part, tf.shape(g)), g.dtype)
             for g, part in zip(dense, tf.split(factor * s1, sizes))]

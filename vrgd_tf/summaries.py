@@ -1,10 +1,13 @@
 """GSNR diagnostics as TensorBoard summaries, and Keras callbacks that write them.
 
-Each VRGD optimizer keeps, per trainable variable, the last step's mean GSNR and the
-fractions of elements whose factor was clipped at ``gamma`` and at 1
-(:class:`vrgd_tf.gsnr.GSNRStatistics`). They are written in the step at no extra cost;
-these helpers only read them, off the hot path, every ``update_freq`` steps.
+Each VRGD optimizer keeps, per trainable variable, the mean GSNR and the fractions of
+elements whose factor was clipped at ``gamma`` and at 1 (:class:`vrgd_tf.gsnr.GSNRStatistics`),
+computed inside the train step on the steps that bring ``iterations`` to a multiple of its
+``statistics_interval`` (other steps skip that work). These helpers only read them, outside the
+step, every ``update_freq`` steps; set ``update_freq`` to a multiple of the interval.
 """
+
+import logging
 
 import numpy as np
 import tensorflow as tf
@@ -12,6 +15,7 @@ import tensorflow as tf
 __all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs"]
 
 _FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one")
+_LOG = logging.getLogger("vrgd_tf")
 
 
 def _inner(optimizer):
@@ -107,6 +111,13 @@ def _make_callback(callback_base):
 
         def on_train_begin(self, logs=None):
             self._writer = tf.summary.create_file_writer(self.log_dir)
+            interval = getattr(_inner(self.model.optimizer), "statistics_interval", 1)
+            if interval == 0 or self.update_freq % interval:
+                _LOG.warning(
+                    "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
+                    "written diagnostics are from an earlier step (or zeros). Use an "
+                    "update_freq that is a multiple of the optimizer's statistics_interval.",
+                    self.update_freq, interval)
 
         def on_train_batch_end(self, batch, logs=None):
             self._step += 1

@@ -4,7 +4,7 @@ import numbers
 import re
 from typing import List, Optional
 
-__all__ = ["check_exclusion_list", "check_non_negative", "check_in_range",
+__all__ = ["check_count", "check_exclusion_list", "check_non_negative", "check_in_range",
            "check_optimizer_arguments"]
 
 # Optimizer constructor arguments checked by name, whatever the optimizer.
@@ -37,6 +37,20 @@ def check_non_negative(name: str, value):
     if _is_plain_number(value) and not float(value) >= 0.0:
         raise ValueError(f"`{name}` must be >= 0; got {value}.")
     return value
+
+
+def check_count(name: str, value) -> int:
+    """Returns ``value`` as an int if it is a non-negative integer (bools refused).
+
+    Raises:
+      TypeError: ``value`` is not an integer.
+      ValueError: ``value`` < 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an int >= 0; got {value!r}.")
+    if value < 0:
+        raise ValueError(f"`{name}` must be an int >= 0; got {value}.")
+    return int(value)
 
 
 def check_in_range(name: str, value, low: float, high: float, *, low_open=False,

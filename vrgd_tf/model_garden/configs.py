@@ -1,12 +1,15 @@
 """Model Garden config dataclasses for the VRGD optimizers.
 
 Each VRGD config extends Model Garden's config of its base optimizer
-(``official.modeling.optimization.configs.optimizer_config``) with the two VRGD arguments
+(``official.modeling.optimization.configs.optimizer_config``) with the VRGD arguments
 (spec ``shared/design/VRGD.md`` sections 2 and 3):
 
 * ``gamma``: lower bound of the per-element factor, in (0, 1]; paper default 0.1.
 * ``beta_3``: decay of the factor's momentum, in [0, 1); 0.9 for VR-Adam/VR-LAMB (paper
   Section 4.2), 0 (the raw per-step factor) for VR-SGD/VR-LARS.
+* ``statistics_interval``: steps between two recordings of the GSNR diagnostics, int >= 0
+  (1 = every step, 0 = never); set it to a divisor of ``trainer.steps_per_loop`` so that
+  :class:`vrgd_tf.model_garden.trainer.VRGDTrainer` summarises fresh values.
 
 ``OptimizerFactory`` passes every field of the selected config to the optimizer's
 constructor as a keyword argument, so the field names are exactly the constructor
@@ -28,6 +31,7 @@ from official.modeling.optimization.configs import optimization_config as mg_opt
 from official.modeling.optimization.configs import optimizer_config as mg_cfg
 
 from vrgd_tf import gsnr
+from vrgd_tf import validation
 
 __all__ = [
     "VRGDSGDConfig",
@@ -65,10 +69,12 @@ class VRGDSGDConfig(_StrictFromDict, mg_cfg.SGDConfig):
     Attributes:
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
+      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
     name: str = "VRGDSGD"
     gamma: float = 0.1
     beta_3: float = 0.0
+    statistics_interval: int = 1
 
 
 @dataclasses.dataclass
@@ -78,10 +84,12 @@ class VRGDAdamConfig(_StrictFromDict, mg_cfg.AdamConfig):
     Attributes:
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
+      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
     name: str = "VRGDAdam"
     gamma: float = 0.1
     beta_3: float = 0.9
+    statistics_interval: int = 1
 
 
 @dataclasses.dataclass
@@ -91,10 +99,12 @@ class VRGDLarsConfig(_StrictFromDict, mg_cfg.LARSConfig):
     Attributes:
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
+      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
     name: str = "VRGDLars"
     gamma: float = 0.1
     beta_3: float = 0.0
+    statistics_interval: int = 1
 
 
 @dataclasses.dataclass
@@ -104,10 +114,12 @@ class VRGDLambConfig(_StrictFromDict, mg_cfg.LAMBConfig):
     Attributes:
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
+      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
     name: str = "VRGDLamb"
     gamma: float = 0.1
     beta_3: float = 0.9
+    statistics_interval: int = 1
 
 
 #: One-of field name -> config class, for the four VRGD optimizers.
@@ -164,8 +176,8 @@ def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
     Raises:
       KeyError: ``optimizer.type`` is not one of the one-of's fields (names the
         known ones).
-      ValueError, TypeError: ``gamma`` or ``beta_3`` of the selected VRGD optimizer is out
-        of range (names the key).
+      ValueError, TypeError: ``gamma``, ``beta_3`` or ``statistics_interval`` of the
+        selected VRGD optimizer is out of range (names the key).
     """
     one_of = config.optimizer
     opt_type = one_of.type
@@ -187,6 +199,10 @@ def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
             gsnr.validate_beta_3(selected.beta_3)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{prefix}.beta_3: {e}") from e
+        try:
+            validation.check_count("statistics_interval", selected.statistics_interval)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{prefix}.statistics_interval: {e}") from e
 
 
 @dataclasses.dataclass
