@@ -1,7 +1,7 @@
 r"""Step time and peak memory of VR-X relative to X, with the extra time broken into parts.
 
 Step time: for every model and optimizer pair, the variants of ``variants.py`` (base; base +
-all-reduce of the squares; full VR; VR without diagnostics; a packed VR proposal) are built
+all-reduce of the squares; the library's VR class without and with per-step diagnostics) are built
 side by side in ONE process on the same MirroredStrategy (logical CPU replicas,
 ``ReductionToOneDevice``), from the same initial weights and a fixed batch. Each is a
 ``tf.function`` that runs ``--steps`` train steps (``strategy.run`` in a ``tf.range`` loop).
@@ -48,13 +48,11 @@ flags.DEFINE_string("out", None, "JSON results. Default benchmarks/results/overh
 flags.DEFINE_list("models", ["cnn1d", "resnet20", "bert_tiny"], "Models to time.")
 flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Pairs for cnn1d.")
 flags.DEFINE_list("resnet_pairs", ["lars", "lamb"], "Pairs for resnet20.")
-flags.DEFINE_list("variants", ["base", "sq", "vr", "vr_fix", "vr_nodiag", "vr_unpacked"],
+flags.DEFINE_list("variants", ["base", "sq", "vr_nostats", "vr"],
                   "Variants for cnn1d (see variants.py); base is required.")
-flags.DEFINE_list("resnet_variants", ["base", "sq", "vr", "vr_fix", "vr_nodiag",
-                                      "vr_unpacked"],
+flags.DEFINE_list("resnet_variants", ["base", "sq", "vr_nostats", "vr"],
                   "Variants for the ResNet.")
-flags.DEFINE_list("bert_variants", ["base", "base_allreduce", "sq", "vr", "vr_fix",
-                                    "vr_nodiag", "vr_unpacked"],
+flags.DEFINE_list("bert_variants", ["base", "base_allreduce", "sq", "vr_nostats", "vr"],
                   "Variants for bert_tiny (tf_keras; base_allreduce only exists there).")
 flags.DEFINE_list("memory_models", ["cnn1d", "resnet20", "bert_tiny"],
                   "Models measured for memory (those also in --models).")
@@ -67,13 +65,14 @@ flags.DEFINE_integer("resnet_batch", 64, "Global batch, resnet20.")
 flags.DEFINE_integer("resnet_depth", 20, "ResNet depth (6n+2); the model is still called "
                      "resnet20 in --models.")
 flags.DEFINE_integer("resnet_steps", 4, "Steps per timed call, resnet20.")
-flags.DEFINE_integer("bert_batch", 64, "Global batch, bert_tiny.")
+flags.DEFINE_integer("bert_batch", 64, "Global batch, bert_tiny, for memory (and a child).")
+flags.DEFINE_list("bert_batches", ["64", "512"], "Global batches timed for bert_tiny.")
 flags.DEFINE_integer("bert_reps", 5, "Timed repetitions, bert_tiny.")
 flags.DEFINE_integer("bert_seq", 128, "Sequence length, bert_tiny.")
 flags.DEFINE_integer("bert_steps", 4, "Steps per timed call, bert_tiny.")
 flags.DEFINE_bool("memory", True, "Measure peak RSS in subprocesses.")
 flags.DEFINE_integer("memory_reps", 2, "Subprocesses per variant for memory.")
-flags.DEFINE_list("memory_variants", ["base", "vr", "vr_fix"],
+flags.DEFINE_list("memory_variants", ["base", "vr"],
                   "Variants measured for memory.")
 flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
@@ -88,8 +87,9 @@ flags.DEFINE_integer("child_batch", None, "Internal.")
 QUICK = dict(pairs=["momentum", "lamb"], resnet_pairs=["lamb"], reps=5,
              cnn_batches=["512"], cnn_steps=10, resnet_steps=2, bert_steps=2,
              memory_reps=1, memory_pairs=["lamb"], memory_steps=4, bert_batch=16,
-             resnet_depth=8, bert_seq=64, resnet_variants=["base", "vr", "vr_fix"],
-             bert_variants=["base", "vr", "vr_fix"], memory_models=["cnn1d"],
+             bert_batches=["16"], resnet_depth=8, bert_seq=64,
+             resnet_variants=["base", "vr_nostats", "vr"],
+             bert_variants=["base", "vr_nostats", "vr"], memory_models=["cnn1d"],
              memory_cnn_batches=["512"], bert_reps=5)
 
 #: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
@@ -263,7 +263,7 @@ def time_variants(make_timers, variant_names, steps, reps, log):
                                              for v in variant_names)))
     ratios = {v: [t / b for t, b in zip(times[v], times["base"])] for v in variant_names}
     # Equivalence: all variants did the same number of steps from the same weights on the
-    # same batch, so base~sq and vr~vr_unpacked~vr_nodiag up to float summation order.
+    # same batch, so base~sq~base_allreduce and vr~vr_nostats up to float summation order.
     ref = {"base": timers["base"].weights()}
     if "vr" in timers:
         ref["vr"] = timers["vr"].weights()
@@ -293,14 +293,10 @@ def time_variants(make_timers, variant_names, steps, reps, log):
     if "sq" in med:
         ref = med.get("base_allreduce", med["base"])
         parts["a_allreduce_squares"] = (med["sq"] - ref) / base_med
-        if "vr" in med:
-            parts["b_gsnr_math_and_state"] = (med["vr"] - med["sq"]) / base_med
-    if "vr_fix" in med and "vr" in med:
-        parts["library_minus_fix"] = (med["vr"] - med["vr_fix"]) / base_med
-    if "vr_nodiag" in med and "vr_fix" in med:
-        parts["diagnostics_and_finite_test"] = (med["vr_fix"] - med["vr_nodiag"]) / base_med
-    if "vr_unpacked" in med and "vr" in med:
-        parts["unpacked_minus_library"] = (med["vr_unpacked"] - med["vr"]) / base_med
+        if "vr_nostats" in med:
+            parts["b_gsnr_math_and_state"] = (med["vr_nostats"] - med["sq"]) / base_med
+    if "vr_nostats" in med and "vr" in med:
+        parts["c_diagnostics_every_step"] = (med["vr"] - med["vr_nostats"]) / base_med
     out["parts_of_base_median"] = parts
     for t in timers.values():
         del t
@@ -556,7 +552,7 @@ def main(argv):
                "quick", "models", "pairs", "resnet_pairs", "variants", "resnet_variants",
                "bert_variants", "memory_models", "replicas", "reps",
                "cnn_batches", "cnn_steps", "resnet_batch", "resnet_depth", "resnet_steps",
-               "bert_batch", "bert_reps", "memory_cnn_batches",
+               "bert_batch", "bert_batches", "bert_reps", "memory_cnn_batches",
                "bert_seq", "bert_steps", "memory", "memory_reps", "memory_variants",
                "memory_pairs", "memory_steps")},
            "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
@@ -586,20 +582,22 @@ def main(argv):
                 doc["elapsed_s"] = round(time.time() - t_start, 1)
                 benchlib.write_json(out, doc)
     if "bert_tiny" in FLAGS.models:
-        log(f"bert_tiny lamb batch {FLAGS.bert_batch} (child process):")
-        args = ["--child=bert", f"--replicas={FLAGS.replicas}", f"--reps={FLAGS.bert_reps}",
-                f"--bert_batch={FLAGS.bert_batch}", f"--bert_seq={FLAGS.bert_seq}",
-                f"--bert_steps={FLAGS.bert_steps}",
-                "--bert_variants=" + ",".join(FLAGS.bert_variants)]
-        try:
-            res, dt = _run_child(args, log)
-            doc["timing"].append(res)
-            log(f"  ({dt:.0f}s) ratio median: " + ", ".join(
-                f"{v}={r['median']:.3f}" for v, r in res["ratio"].items()))
-        except Exception as e:  # noqa: BLE001
-            doc["bert_error"] = str(e)
-            log(f"  bert_tiny failed: {e}")
-        benchlib.write_json(out, doc)
+        for bert_batch in [int(b) for b in FLAGS.bert_batches]:
+            log(f"bert_tiny lamb batch {bert_batch} (child process):")
+            args = ["--child=bert", f"--replicas={FLAGS.replicas}",
+                    f"--reps={FLAGS.bert_reps}", f"--bert_batch={bert_batch}",
+                    f"--bert_seq={FLAGS.bert_seq}", f"--bert_steps={FLAGS.bert_steps}",
+                    "--bert_variants=" + ",".join(FLAGS.bert_variants)]
+            try:
+                res, dt = _run_child(args, log)
+                doc["timing"].append(res)
+                log(f"  ({dt:.0f}s) ratio median: " + ", ".join(
+                    f"{v}={r['median']:.3f}" for v, r in res["ratio"].items()))
+            except Exception as e:  # noqa: BLE001
+                doc.setdefault("bert_errors", []).append(str(e))
+                log(f"  bert_tiny failed: {e}")
+            doc["elapsed_s"] = round(time.time() - t_start, 1)
+            benchlib.write_json(out, doc)
     if FLAGS.memory:
         log("memory (subprocesses):")
         doc["memory"] = memory_runs(log)

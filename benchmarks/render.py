@@ -27,6 +27,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Render the --quick results (sweep_quick.json, ...).")
 flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
 flags.DEFINE_string("overhead", None, "Overhead JSON (default from --quick).")
+flags.DEFINE_string("bert", None, "BERT MLM JSON (default from --quick).")
 flags.DEFINE_list("lr_probes", ["lr_probe.json", "lr_probe_8192.json", "lr_probe_lars.json",
                                 "lr_probe_lars_digits.json"],
                   "Learning-rate probe JSONs under benchmarks/results (those that exist); for "
@@ -40,10 +41,8 @@ VARIANT_LABEL = {
     "base": "base X",
     "base_allreduce": "X summed by ReplicaContext.all_reduce (tf_keras only)",
     "sq": "X + all-reduce of squares (a)",
-    "vr": "VR-X (library)",
-    "vr_unpacked": "VR-X, per-variable design (reference)",
-    "vr_fix": "VR-X packed with trace-time segment ids (proposal)",
-    "vr_nodiag": "proposal without per-step diagnostics and finite test",
+    "vr_nostats": "VR-X, statistics_interval=0 (no diagnostics)",
+    "vr": "VR-X, diagnostics every step (statistics_interval=1, the default)",
 }
 
 
@@ -261,6 +260,86 @@ def plot_gsnr(sweep, ds, batches, pairs, path):
     plt.close(fig)
 
 
+def plot_bert(bert, path):
+    """Training loss (mean over seeds) of LAMB and VR-LAMB, and VR-LAMB's GSNR diagnostics."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for opt, color in (("lamb", "tab:blue"), ("vrgd_lamb", "tab:red")):
+        runs = [r for r in bert["runs"] if r["optimizer"] == opt]
+        if not runs:
+            continue
+        steps = sorted(set.intersection(*[set(int(k) for k in r["train_loss"]) for r in runs]))
+        loss = [np.mean([r["train_loss"][str(s)] for r in runs]) for s in steps]
+        label = "VR-LAMB" if opt == "vrgd_lamb" else "LAMB"
+        axes[0].plot(steps, loss, marker=".", color=color, label=f"{label} ({len(runs)} seeds)")
+        if opt == "vrgd_lamb":
+            for r in runs:
+                g = r["gsnr"]
+                if not g:
+                    continue
+                st = sorted(int(k) for k in g["mean_gsnr"])
+                axes[1].plot(st, [g["mean_gsnr"][str(k)] for k in st], marker=".",
+                             label=f"seed {r['seed']}")
+                axes[2].plot(st, [100 * g["frac_at_gamma"][str(k)] for k in st], marker=".",
+                             label=f"seed {r['seed']}")
+    axes[0].set_ylabel("training loss (MLM + NSP)")
+    axes[1].set_ylabel("mean GSNR (mean over variables)")
+    axes[1].set_yscale("log")
+    axes[2].set_ylabel("% elements at gamma (mean over variables)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    cfg = bert["config"]
+    fig.suptitle(f"BERT-tiny MLM on Shakespeare, global batch {cfg['global_batch']}, "
+                 f"{cfg['replicas']} replicas, {cfg['steps']} steps")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def bert_section(bert, img_rel, img_dir, lines, headline):
+    cfg = bert["config"]
+    lines += ["## BERT-tiny masked LM through Model Garden (LAMB vs VR-LAMB)", "",
+              f"`{bert['command']}`: {cfg['model']}; `tpu_scripts/train.py` on "
+              f"{cfg['replicas']} logical CPU replicas, global batch {cfg['global_batch']}, "
+              f"{cfg['steps']} steps, peak LR {cfg['peak_lr']} ({cfg['lr_rule']}), the YAML's "
+              "warm-up (10% of the steps) and polynomial decay; seed = initial weights and data "
+              "order, shared by the pair. Held-out Shakespeare plays "
+              f"({bert.get('data', {}).get('num_eval_examples', '?')} sequences), train set "
+              f"{bert.get('data', {}).get('num_train_examples', '?')} sequences.", "",
+              "| optimizer | seeds | MLM accuracy % | MLM loss | NSP accuracy % | wall s/run |",
+              "|---|---:|---:|---:|---:|---:|"]
+    by = {}
+    for r in bert["runs"]:
+        by.setdefault(r["optimizer"], {})[r["seed"]] = r
+    for opt, label in (("lamb", "LAMB"), ("vrgd_lamb", "VR-LAMB")):
+        rs = list(by.get(opt, {}).values())
+        if not rs:
+            continue
+        loss = np.asarray([r["final"]["mlm_loss"] for r in rs])
+        lines.append(f"| {label} | {len(rs)} | {pm([r['final']['mlm_accuracy'] for r in rs])} | "
+                     f"{loss.mean():.3f} ± {loss.std(ddof=1) if loss.size > 1 else 0:.3f} | "
+                     f"{pm([r['final']['nsp_accuracy'] for r in rs])} | "
+                     f"{np.mean([r['wall_s'] for r in rs]):.0f} |")
+    seeds = sorted(set(by.get("lamb", {})) & set(by.get("vrgd_lamb", {})))
+    if seeds:
+        d_acc = [by["vrgd_lamb"][s]["final"]["mlm_accuracy"] - by["lamb"][s]["final"]["mlm_accuracy"]
+                 for s in seeds]
+        d_loss = [by["vrgd_lamb"][s]["final"]["mlm_loss"] - by["lamb"][s]["final"]["mlm_loss"]
+                  for s in seeds]
+        lines += ["", f"Paired by seed (VR − base): MLM accuracy {pm(d_acc)} pp "
+                  f"({verdict(d_acc)}); MLM loss {np.mean(d_loss):+.4f} "
+                  f"({verdict(d_loss, higher_is_better=False)}).", ""]
+        headline.append(f"- BERT-tiny MLM (Model Garden), batch {cfg['global_batch']}, "
+                        f"{cfg['steps']} steps: VR-LAMB − LAMB MLM accuracy {pm(d_acc)} pp "
+                        f"({verdict(d_acc)}), MLM loss {np.mean(d_loss):+.4f} "
+                        f"({verdict(d_loss, higher_is_better=False)}), {len(seeds)} seeds.")
+    name = "bert_mlm.png"
+    plot_bert(bert, os.path.join(img_dir, name))
+    lines += [f"![BERT-tiny MLM]({img_rel}/{name})", ""]
+
+
 def plot_ablation(rows, xlabel, title, path, xlog=False):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -296,8 +375,8 @@ def plot_overhead(ov, path):
         variants += [v for v in e["ratio"] if v != "base" and v not in variants]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(entries) + 2), 3.8))
     width = 0.8 / max(1, len(variants))
-    colors = {"base_allreduce": "tab:cyan", "sq": "tab:gray", "vr": "tab:red",
-              "vr_unpacked": "tab:orange", "vr_fix": "tab:green", "vr_nodiag": "tab:olive"}
+    colors = {"base_allreduce": "tab:cyan", "sq": "tab:gray", "vr_nostats": "tab:orange",
+              "vr": "tab:red"}
     for i, v in enumerate(variants):
         xs, meds, lo, hi = [], [], [], []
         for j, e in enumerate(entries):
@@ -629,13 +708,10 @@ def overhead_section(ov, img_rel, img_dir, lines, headline_ov):
             names = {"aggregation_path": "replica-context all_reduce instead of "
                                          "OptimizerV2's default aggregation",
                      "a_allreduce_squares": "(a) all-reduce of the squares",
-                     "b_gsnr_math_and_state": "(b) element-wise GSNR math, factor state and "
-                                              "diagnostics",
-                     "library_minus_fix": "saved by the proposal (vr − vr_fix)",
-                     "diagnostics_and_finite_test": "per-step diagnostics + finite test "
-                                                    "(vr_fix − vr_nodiag)",
-                     "unpacked_minus_library": "extra cost of the per-variable design over "
-                                               "the library's"}
+                     "b_gsnr_math_and_state": "(b) element-wise GSNR math and factor state "
+                                              "(vr_nostats − sq)",
+                     "c_diagnostics_every_step": "(c) diagnostics on every step "
+                                                 "(vr − vr_nostats)"}
             lines += ["", "Extra time as a fraction of the base step (medians): " + "; ".join(
                 f"{names.get(k, k)} {100 * x:+.1f}%" for k, x in parts.items()) + "."]
         lines.append("")
@@ -645,8 +721,8 @@ def overhead_section(ov, img_rel, img_dir, lines, headline_ov):
     if ov["timing"]:
         plot_overhead(ov, os.path.join(img_dir, name))
         lines += [f"![overhead ratios]({img_rel}/{name})", ""]
-    if ov.get("bert_error"):
-        lines += [f"BERT-tiny row failed: `{ov['bert_error'][:300]}`", ""]
+    for err in ov.get("bert_errors", []):
+        lines += [f"A BERT-tiny row failed: `{err[:300]}`", ""]
     if ov.get("memory"):
         lines += ["### Peak memory", "",
                   f"Method: {ov['memory_method']}. `tf.config.experimental.get_memory_info` "
@@ -677,7 +753,9 @@ def main(argv):
         RESULTS, "sweep_quick.json" if FLAGS.quick else "sweep.json")
     ov_path = FLAGS.overhead or os.path.join(
         RESULTS, "overhead_quick.json" if FLAGS.quick else "overhead.json")
-    sweep, ov = _load(sweep_path), _load(ov_path)
+    bert_path = FLAGS.bert or os.path.join(
+        RESULTS, "bert_mlm_quick.json" if FLAGS.quick else "bert_mlm.json")
+    sweep, ov, bert = _load(sweep_path), _load(ov_path), _load(bert_path)
     probes = [(p, d) for p in FLAGS.lr_probes
               if (d := _load(os.path.join(RESULTS, p))) is not None]
     os.makedirs(FLAGS.images_dir, exist_ok=True)
@@ -685,6 +763,9 @@ def main(argv):
     body, headline, headline_ov = [], [], []
     if sweep:
         sweep_sections(sweep, img_rel, FLAGS.images_dir, body, headline)
+    bert_headline = []
+    if bert and bert.get("runs"):
+        bert_section(bert, img_rel, FLAGS.images_dir, body, bert_headline)
     if ov:
         overhead_section(ov, img_rel, FLAGS.images_dir, body, headline_ov)
     if probes and not FLAGS.quick:
@@ -702,7 +783,8 @@ def main(argv):
                  ""]
     head += [f"Rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
              f" from `{os.path.relpath(sweep_path, REPO)}` and "
-             f"`{os.path.relpath(ov_path, REPO)}`. Machine: {env.get('platform')}, "
+             f"`{os.path.relpath(ov_path, REPO)}`"
+             + (f" and `{os.path.relpath(bert_path, REPO)}`" if bert else "") + ". Machine: {env.get('platform')}, "
              f"{env.get('cpu_count')} CPU cores, TensorFlow {env.get('tensorflow')}, Keras "
              f"{env.get('keras')}; load average at the start "
              f"{env.get('loadavg_at_start')} (the cores were shared, so absolute times are "
@@ -711,18 +793,20 @@ def main(argv):
              "parallelism is exact, but the all-reduce is an in-memory copy-and-add, not a "
              "network collective, and the k replicas share 2 cores, so step-time ratios "
              "reflect per-op overheads more than communication.", ""]
-    if headline or headline_ov:
+    if headline or headline_ov or bert_headline:
         head += ["## Headline", ""]
         for ds, pair, b, dt, dg, n in headline:
             head.append(f"- {ds}, {PAIR_LABEL[pair]}, largest batch {b}: VR − base test "
                         f"accuracy {pm(dt)} pp ({verdict(dt)}), gap Δ {pm(dg)} pp "
                         f"({verdict(dg, higher_is_better=False)}; negative = smaller gap with VR), "
                         f"{n} seeds.")
+        head += bert_headline
         for e in headline_ov:
             r = e["ratio"]["vr"]
             extra = ""
-            if "vr_fix" in e["ratio"]:
-                extra = f"; proposal vr_fix {e['ratio']['vr_fix']['median']:.3f}"
+            if "vr_nostats" in e["ratio"]:
+                extra = (f"; with statistics_interval=0 "
+                         f"{e['ratio']['vr_nostats']['median']:.3f}")
             head.append(f"- Step time VR/base, {e['model']} {PAIR_LABEL.get(e['pair'], e['pair'])}"
                         f" batch {e['batch']}: median {r['median']:.3f} (min {r['min']:.3f}, "
                         f"max {r['max']:.3f}){extra}.")

@@ -65,6 +65,11 @@ def _define_flags():
         "TensorFlow 2.20 destroying a tf.data iterator joins its autotuning thread without "
         "waking it, which blocks the exit for up to half the input pipeline's lifetime "
         "(at most 60 s per pipeline). --nofast_exit restores the normal shutdown.")
+    flags.DEFINE_integer(
+        "seed", None,
+        "If set, seeds Python, NumPy and TensorFlow (tf_keras.utils.set_random_seed) before "
+        "the model is built, so that runs with the same seed start from the same weights "
+        "(pair it with task.train_data.seed for the data order).")
     flags.mark_flags_as_required(["experiment", "mode", "model_dir"])
 
 
@@ -183,6 +188,9 @@ def main(argv):
             "its base optimizer. Use >= 2 replicas (on CPU: --cpu_replicas=2 or more).",
             opt_type, strategy.num_replicas_in_sync)
 
+    if FLAGS.seed is not None:
+        import tf_keras  # pylint: disable=g-import-not-at-top
+        tf_keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         task = task_factory.get_task(params.task, logging_dir=model_dir)
     trainer_lib.run_experiment(
