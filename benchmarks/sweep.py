@@ -40,7 +40,7 @@ flags.DEFINE_string("out", None, "JSON results file. Default benchmarks/results/
 flags.DEFINE_list("experiments", ["batch", "k", "gamma"], "Subset of batch,k,gamma,lr.")
 flags.DEFINE_list("datasets", ["mnist1d", "digits"], "Data sets for the batch experiment.")
 flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Optimizer pairs.")
-flags.DEFINE_integer("seeds", 5, "Seeds per configuration (0 .. seeds-1).")
+flags.DEFINE_integer("seeds", 3, "Seeds per configuration (0 .. seeds-1).")
 flags.DEFINE_integer("ablation_seeds", 3, "Seeds of the k and gamma ablations "
                      "(0 = same as --seeds).")
 flags.DEFINE_integer("mnist1d_train", 40000, "MNIST-1D training samples.")

@@ -14,7 +14,7 @@ import vrgd_tf
 
 ALL = {
     "VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True,
-                                      gamma=0.2, beta_3=0.5)),
+                                      gamma=0.2, beta_3=0.5, statistics_interval=7)),
     "VRGDAdam": (vrgd_tf.VRGDAdam, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99,
                                         epsilon=1e-6, amsgrad=True, gamma=0.3, beta_3=0.7)),
     "VRGDLars": (vrgd_tf.VRGDLars, dict(learning_rate=0.5, momentum=0.8, weight_decay_rate=1e-3,

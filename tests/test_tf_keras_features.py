@@ -74,7 +74,7 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
         (vtk.VRGDLamb, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-5,
                             weight_decay_rate=0.01, exclude_from_weight_decay=["bias"],
                             exclude_from_layer_adaptation=["LayerNorm"], gamma=0.1,
-                            beta_3=0.9)),
+                            beta_3=0.9, statistics_interval=100)),
     )
     def test_config_round_trip(self, cls, kwargs):
         opt = cls(**kwargs)
