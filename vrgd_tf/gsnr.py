@@ -220,14 +220,15 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
 def _factors(s1, s2, sizes, num_replicas, gamma) -> Tuple[tf.Tensor, Callable[[], tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``)."""
     k = float(num_replicas)
-    mean = s1 / k
-    mean_sq = s2 / k
-    variance = mean_sq - tf.square(mean)
-    finite = tf.math.is_finite(mean) & tf.math.is_finite(mean_sq)
-    defined = finite & (variance > (NOISE_RTOL * k) * mean_sq)
+    # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
+    # r = signal / noise, and "s2 > NOISE_RTOL * k * mean(x**2)" is noise > NOISE_RTOL*k*S2.
+    # The comparison is False for NaN and for an overflowed square or S2 (noise -Inf, NaN or
+    # +Inf > +Inf), so it is also the finiteness test: one pass fewer per element.
+    signal = tf.square(s1) * (1.0 / k)
+    noise = s2 - signal
+    defined = noise > (NOISE_RTOL * k) * s2
     # Where undefined, divide by 1 instead, so no Inf or NaN is ever formed.
-    safe_variance = tf.where(defined, variance, tf.ones_like(variance))
-    ratio = tf.where(defined, tf.square(mean) / safe_variance, tf.zeros_like(variance))
+    ratio = tf.where(defined, signal / tf.where(defined, noise, 1.0), 0.0)
 
     num_defined = _sum_per_variable(tf.cast(defined, tf.float32), sizes)
     mean_ratio = tf.math.divide_no_nan(_sum_per_variable(ratio, sizes), num_defined)
