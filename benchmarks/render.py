@@ -754,7 +754,8 @@ def overhead_section(ov, img_rel, img_dir, lines, headline_ov):
         lines.append("")
 
 
-def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_dir):
+def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_dir,
+                       memory=()):
     """Replaces the README's text between README_BEGIN and README_END with the headline
     numbers (a table), the commands that made them and the main plots."""
     with open(readme) as f:
@@ -784,6 +785,13 @@ def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_d
             f"({r['min']:.3f}–{r['max']:.3f})"
             + (f"; {nostats['median']:.3f} with `statistics_interval=0`" if nostats else "")
             + ".")
+    for m in memory:
+        r = m.get("vr")
+        if isinstance(r, dict) and "peak_ratio" in r:
+            pr = r["peak_ratio"]
+            lines.append(f"- Peak memory (process RSS) VR/base, {m['model']} "
+                         f"{PAIR_LABEL.get(m['pair'], m['pair'])}, batch {m['batch']}: "
+                         f"{pr['median']:.3f} median ({pr['min']:.3f}–{pr['max']:.3f}).")
     lines.append("")
     for name, alt in (("acc_vs_batch_mnist1d.png", "test accuracy and gap vs batch"),
                       ("bert_mlm.png", "BERT-tiny MLM"), ("overhead.png", "overhead")):
@@ -834,7 +842,7 @@ def main(argv):
     head += [f"Rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
              f" from `{os.path.relpath(sweep_path, REPO)}` and "
              f"`{os.path.relpath(ov_path, REPO)}`"
-             + (f" and `{os.path.relpath(bert_path, REPO)}`" if bert else "") + ". Machine: {env.get('platform')}, "
+             + (f" and `{os.path.relpath(bert_path, REPO)}`" if bert else "") + f". Machine: {env.get('platform')}, "
              f"{env.get('cpu_count')} CPU cores, TensorFlow {env.get('tensorflow')}, Keras "
              f"{env.get('keras')}; load average at the start "
              f"{env.get('loadavg_at_start')} (the cores were shared, so absolute times are "
@@ -865,7 +873,8 @@ def main(argv):
     readme = FLAGS.readme or (None if FLAGS.quick else os.path.join(REPO, "README.md"))
     if readme:
         write_readme_block(readme, headline, bert_headline, headline_ov,
-                           [p for p in (sweep, bert, ov) if p], FLAGS.images_dir)
+                           [p for p in (sweep, bert, ov) if p], FLAGS.images_dir,
+                           (ov or {}).get("memory", []))
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
     with open(FLAGS.out_md, "w") as f:
         f.write(text)
