@@ -32,8 +32,11 @@ flags.DEFINE_list("lr_probes", ["lr_probe.json", "lr_probe_8192.json", "lr_probe
                                 "lr_probe_lars_digits.json"],
                   "Learning-rate probe JSONs under benchmarks/results (those that exist); for "
                   "the same data set, pair and batch a later file supersedes an earlier one.")
-flags.DEFINE_string("out_md", os.path.join(REPO, "docs", "results.md"), "Markdown output.")
-flags.DEFINE_string("images_dir", os.path.join(REPO, "docs", "images"), "PNG output dir.")
+flags.DEFINE_string("out_md", None, "Markdown output; default docs/results.md "
+                    "(docs/results_quick.md with --quick, so a smoke test never overwrites "
+                    "the full report).")
+flags.DEFINE_string("images_dir", None, "PNG output dir; default docs/images "
+                    "(docs/images/quick with --quick).")
 flags.DEFINE_string("readme", None, "Also rewrite the results block of this README (between "
                     "the markers); default README.md for full results, none with --quick.")
 
@@ -816,6 +819,12 @@ def main(argv):
     sweep, ov, bert = _load(sweep_path), _load(ov_path), _load(bert_path)
     probes = [(p, d) for p in FLAGS.lr_probes
               if (d := _load(os.path.join(RESULTS, p))) is not None]
+    if FLAGS.out_md is None:
+        FLAGS.out_md = os.path.join(REPO, "docs",
+                                    "results_quick.md" if FLAGS.quick else "results.md")
+    if FLAGS.images_dir is None:
+        FLAGS.images_dir = os.path.join(REPO, "docs", "images",
+                                        *(["quick"] if FLAGS.quick else []))
     os.makedirs(FLAGS.images_dir, exist_ok=True)
     img_rel = os.path.relpath(FLAGS.images_dir, os.path.dirname(os.path.abspath(FLAGS.out_md)))
     body, headline, headline_ov = [], [], []
