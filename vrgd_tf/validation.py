@@ -42,6 +42,13 @@ def check_non_negative(name: str, value):
 def check_count(name: str, value) -> int:
     """Returns ``value`` as an int if it is a non-negative integer (bools refused).
 
+    Args:
+      name: the argument's name, quoted in the message.
+      value: the argument, e.g. ``statistics_interval``.
+
+    Returns:
+      ``int(value)``.
+
     Raises:
       TypeError: ``value`` is not an integer.
       ValueError: ``value`` < 0.
