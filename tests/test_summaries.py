@@ -11,6 +11,7 @@ import tensorflow as tf
 import numpy_reference as ref
 import util
 import vrgd_tf
+from vrgd_tf import gsnr
 
 
 class SummariesTest(tf.test.TestCase):
@@ -33,12 +34,14 @@ class SummariesTest(tf.test.TestCase):
         b = n // k
         gk = [2.0 / (b * 2) / k * x[d * b:(d + 1) * b].T
               @ (x[d * b:(d + 1) * b] @ w - y[d * b:(d + 1) * b]) for d in range(k)]
-        mu, at_gamma, at_one = ref.gsnr_statistics(np.stack(gk), 0.1)
+        expected = ref.gsnr_statistics(np.stack(gk), 0.1)  # beta_3 = 0: raw factor applied
         stats = model.optimizer.vrgd_statistics()
         kernel = [s for name, s in stats.items() if name.endswith("kernel")][0]
-        self.assertAllClose([kernel["mean_gsnr"], kernel["frac_at_gamma"],
-                             kernel["frac_at_one"]], [mu, at_gamma, at_one], rtol=1e-4)
-        self.assertIn("vrgd/mean/mean_gsnr", hist.history)
+        self.assertAllClose([kernel[f] for f in gsnr.STATISTICS_FIELDS], expected, rtol=1e-4)
+        self.assertAllClose(hist.history["vrgd/median/mean_gsnr"][-1],
+                            np.median([s["mean_gsnr"] for s in stats.values()]))
+        self.assertAllClose(hist.history["vrgd/mean/mean_factor"][-1],
+                            np.mean([s["mean_factor"] for s in stats.values()]))
 
         events = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
         self.assertLen(events, 1)
@@ -47,7 +50,7 @@ class SummariesTest(tf.test.TestCase):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for v in event.summary.value:
                 tags.add(v.tag)
-        self.assertIn("vrgd/net/d/kernel/mean_gsnr", tags)
+        self.assertIn("vrgd/kernel/mean_gsnr", tags)  # "net/d/" is shared by all: dropped
         self.assertIn("vrgd/hist/frac_at_gamma", tags)
 
     def test_statistics_interval_records_on_multiples_of_it(self):
@@ -61,6 +64,13 @@ class SummariesTest(tf.test.TestCase):
             (vrgd_tf.VRGDLamb, None),
             (vr_tf_keras.VRGDLamb, lambda n, v: tf.Variable(v, name=n)),
         ]
+        # Applied (smoothed, beta_3 = 0.9) factor of each step, for mean_factor.
+        vr = ref.VRGD(ref.Lamb(0.01), 0.1, 0.9)
+        applied = []
+        for step in range(3):
+            for n in init:
+                vr.step(n, init[n], grads[n][step])
+            applied.append(dict(vr.factors))
         for cls, make_variable in families:
             for interval, step in ((1, 2), (2, 1), (0, None)):
                 _, opt = util.run_custom_loop(
@@ -71,8 +81,9 @@ class SummariesTest(tf.test.TestCase):
                 for name, var in zip(opt._vrgd_state.variable_names,
                                      opt._vrgd_state.statistics):
                     key = [n for n in init if name.endswith(n)][0]
-                    expected = (np.zeros(3) if step is None
-                                else ref.gsnr_statistics(grads[key][step], 0.1))
+                    expected = (np.zeros(4) if step is None
+                                else ref.gsnr_statistics(grads[key][step], 0.1,
+                                                         applied[step][key]))
                     self.assertAllClose(var.numpy(), expected, rtol=1e-5, atol=1e-7,
                                         msg=f"{cls.__module__} interval={interval} {name}")
 

@@ -108,10 +108,15 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         compiled = run(True)
         compiled_stats, stats = stats, []
         eager = run(False)
+        # The factor applied at step 2 (after smoothing), for the mean_factor diagnostic.
+        moms = {n: ref.FactorMomentum(beta_3) for n in names}
+        applied = {n: [moms[n](ref.gsnr_factor(grads[n][s], 0.1)[0]) for s in range(2)][1]
+                   for n in names}
         for step_stats in (compiled_stats, stats):
             for i, n in enumerate(names):
-                self.assertAllEqual(step_stats[0][i], np.zeros(3))
-                self.assertAllClose(step_stats[1][i], ref.gsnr_statistics(grads[n][1], 0.1),
+                self.assertAllEqual(step_stats[0][i], np.zeros(4))
+                self.assertAllClose(step_stats[1][i],
+                                    ref.gsnr_statistics(grads[n][1], 0.1, applied[n]),
                                     rtol=1e-5, atol=1e-7)
         moms = {n: ref.FactorMomentum(beta_3) for n in names}
         for step in range(2):

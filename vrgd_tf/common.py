@@ -12,8 +12,10 @@ import logging
 from typing import Dict, List, Tuple
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from vrgd_tf import gsnr
+from vrgd_tf import naming
 from vrgd_tf import validation
 
 _LOG = logging.getLogger("vrgd_tf")
@@ -142,6 +144,8 @@ class VRGDCommon:
         self.statistics_interval = statistics_interval
         self._vrgd_state = None
         self._vrgd_warned_single_replica = False
+        self._vrgd_warned_inert = False
+        self._vrgd_num_replicas = "several"  # the last traced step's k, for messages
 
     def get_config(self):
         config = super().get_config()
@@ -163,14 +167,48 @@ class VRGDCommon:
                 "(the paper uses at least 8) to get variance reduction.",
                 type(self).__name__)
 
+    def _vrgd_log_inert(self) -> None:
+        """Logs the inert-step warning, once per optimizer."""
+        if not self._vrgd_warned_inert:
+            self._vrgd_warned_inert = True
+            _LOG.warning(
+                "%s: in a step with %s replicas in sync no variable had a defined GSNR: "
+                "every replica sent the same (or an all-zero) gradient, so VRGD stepped "
+                "exactly as its base optimizer. This happens when every replica gets the "
+                "same batch, e.g. Keras `model.train_on_batch` under a tf.distribute "
+                "strategy, or a custom loop that hands the same tensor to every replica. "
+                "Feed each replica its own shard: `model.fit` on a dataset, or "
+                "`strategy.experimental_distribute_dataset` in a custom loop.",
+                type(self).__name__, self._vrgd_num_replicas)
+
+    def _vrgd_warn_inert(self, inert: tf.Tensor) -> None:
+        """Emits :meth:`_vrgd_log_inert` from the step when ``inert`` (scalar bool) is True.
+
+        Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
+        predicate per step; the Python call happens only on an inert step). Inside an XLA
+        context (``jit_compile=True``, TPU) no host call is compiled in: the step stays
+        XLA-pure and :meth:`vrgd_statistics` gives the warning when it reads the recorded
+        diagnostics of an inert step.
+        """
+        if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+            return
+
+        def log():
+            self._vrgd_log_inert()
+            return True
+
+        tf.cond(inert, lambda: tf.py_function(log, [], tf.bool), lambda: tf.constant(False))
+
     def _vrgd_reduce(self, grads_and_vars, replica_context) -> List[Tuple]:
         """``(grad, var)`` pairs -> pairs of variance-reduced gradients; None stays None."""
         pairs = list(grads_and_vars)
         present = [(g, v) for g, v in pairs if g is not None]
+        self._vrgd_num_replicas = replica_context.num_replicas_in_sync
         reduced = gsnr.variance_reduce(
             [g for g, _ in present], [v for _, v in present], gamma=self.gamma,
             beta_3=self.beta_3, state=self._vrgd_state, replica_context=replica_context,
             warn_single_replica=self._vrgd_warn_single_replica,
+            warn_inert=self._vrgd_warn_inert,
             record_statistics=self._vrgd_record_statistics())
         it = iter(reduced)
         return [(next(it) if g is not None else None, v) for g, v in pairs]
@@ -187,18 +225,30 @@ class VRGDCommon:
         return tf.equal(step % self.statistics_interval, 0)
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
-        """The last step's GSNR diagnostics per variable (first replica's copy).
+        """The last recorded step's GSNR diagnostics per variable (first replica's copy).
 
         Returns:
-          ``{variable name: {"mean_gsnr": float, "frac_at_gamma": float,
-          "frac_at_one": float}}``; empty before the optimizer is built. The values are
-          those of the last recording step (see ``statistics_interval``) taken with more
-          than one replica and finite gradients (zeros before that).
+          ``{variable name: {field: float}}`` with the fields of
+          :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`: ``mean_gsnr`` (mean GSNR over the
+          elements where it is defined), ``frac_at_gamma`` and ``frac_at_one`` (fractions of
+          elements whose raw factor is clipped at ``gamma`` / equal to 1), ``mean_factor``
+          (mean factor applied, after smoothing: the step's scale relative to the base
+          optimizer). Empty before the optimizer is built. The values are those of the last
+          recording step (see ``statistics_interval``) with finite gradients (zeros before
+          that). Variable names are the variables' paths without the leading scopes that
+          all of them share (e.g. the model's name), so they stay the same when a model is
+          saved and loaded again.
+
+        Logs the inert-step warning (see the class docstring) if the recorded step had no
+        defined GSNR in any variable.
         """
         if self._vrgd_state is None:
             return {}
+        names = naming.display_names(self._vrgd_state.variable_names)
         out = {}
-        for name, var in zip(self._vrgd_state.variable_names, self._vrgd_state.statistics):
-            values = [float(x) for x in var.numpy()]
-            out[name] = dict(zip(("mean_gsnr", "frac_at_gamma", "frac_at_one"), values))
+        for name, var in zip(names, self._vrgd_state.statistics):
+            out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
+        if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0
+                       for v in out.values()):
+            self._vrgd_log_inert()
         return out

@@ -63,6 +63,7 @@ from vrgd_tf import naming
 
 __all__ = [
     "NOISE_RTOL",
+    "STATISTICS_FIELDS",
     "GSNRStatistics",
     "VRGDState",
     "dense_gradient",
@@ -79,8 +80,12 @@ __all__ = [
 #: per summed replica.
 NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
 
-#: Number of diagnostics kept per variable, see :class:`GSNRStatistics`.
-NUM_STATISTICS = 3
+#: Names of the diagnostics kept per variable, in storage order: the fields of
+#: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
+STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor")
+
+#: Number of diagnostics kept per variable.
+NUM_STATISTICS = len(STATISTICS_FIELDS)
 
 
 def validate_gamma(gamma):
@@ -136,15 +141,21 @@ class GSNRStatistics:
       frac_at_gamma: fraction of all elements whose factor is clipped at ``gamma``.
       frac_at_one: fraction of all elements whose factor is exactly 1 (clipped at 1, or
         undefined statistic).
+      mean_factor: mean over all elements of the factor actually applied (after the
+        ``beta_3`` smoothing), in [gamma, 1]: the effective scale of this variable's step
+        relative to the base optimizer's (1 = no variance reduction).
+
+    ``frac_at_gamma`` and ``frac_at_one`` describe this step's raw factor, before smoothing.
     """
 
     mean_gsnr: tf.Tensor
     frac_at_gamma: tf.Tensor
     frac_at_one: tf.Tensor
+    mean_factor: tf.Tensor
 
     def stack(self) -> tf.Tensor:
-        """Returns the three values as a float32 tensor of shape ``[3]``."""
-        return tf.stack([self.mean_gsnr, self.frac_at_gamma, self.frac_at_one])
+        """Returns the values as a float32 tensor of shape ``[NUM_STATISTICS]``."""
+        return tf.stack([getattr(self, f) for f in STATISTICS_FIELDS])
 
 
 def dense_gradient(grad) -> tf.Tensor:
@@ -210,15 +221,23 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
 
     Returns:
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
-      exactly 1 wherever the GSNR is undefined; ``stats`` is float32 ``[n, 3]``, one
-      :class:`GSNRStatistics` row (mean GSNR, fraction at gamma, fraction at 1) per variable.
+      exactly 1 wherever the GSNR is undefined; ``stats`` is float32
+      ``[n, NUM_STATISTICS]``, one :class:`GSNRStatistics` row per variable (its
+      ``mean_factor`` is the mean of ``factor``: no smoothing here).
     """
-    factor, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
-    return factor, make_statistics()
+    factor, _, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
+    return factor, make_statistics(factor)
 
 
-def _factors(s1, s2, sizes, num_replicas, gamma) -> Tuple[tf.Tensor, Callable[[], tf.Tensor]]:
-    """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``)."""
+def _factors(s1, s2, sizes, num_replicas,
+             gamma) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+    """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
+
+    Returns ``(factor, num_defined, make_statistics)``: ``num_defined`` is float32 ``[n]``,
+    the number of elements of each variable with a defined GSNR; ``make_statistics(applied)``
+    takes the factor actually applied (``[N]``, after any smoothing) and returns the
+    ``[n, NUM_STATISTICS]`` diagnostics.
+    """
     k = float(num_replicas)
     # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
     # r = signal / noise, and "s2 > NOISE_RTOL * k * mean(x**2)" is noise > NOISE_RTOL*k*S2.
@@ -239,7 +258,7 @@ def _factors(s1, s2, sizes, num_replicas, gamma) -> Tuple[tf.Tensor, Callable[[]
     use = defined & _per_element(usable, sizes)
     factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), tf.ones_like(normalised))
 
-    def make_statistics():
+    def make_statistics(applied):
         size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
         at_gamma = (tf.cast(use & (normalised <= gamma), tf.float32) if gamma < 1.0
                     else tf.zeros_like(factor))
@@ -248,9 +267,10 @@ def _factors(s1, s2, sizes, num_replicas, gamma) -> Tuple[tf.Tensor, Callable[[]
             mean_ratio,
             _sum_per_variable(at_gamma, sizes) / size_f,
             _sum_per_variable(at_one, sizes) / size_f,
+            _sum_per_variable(applied, sizes) / size_f,
         ], axis=1)
 
-    return factor, make_statistics
+    return factor, num_defined, make_statistics
 
 
 def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
@@ -356,6 +376,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
                     state: Optional[VRGDState],
                     replica_context: Optional[tf.distribute.ReplicaContext] = None,
                     warn_single_replica: Optional[Callable[[], None]] = None,
+                    warn_inert: Optional[Callable[[tf.Tensor], None]] = None,
                     record_statistics=True) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -378,6 +399,10 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
       state: the optimizer's :class:`VRGDState` (may be None only if ``k == 1``).
       replica_context: defaults to ``tf.distribute.get_replica_context()``.
       warn_single_replica: called (at trace time) when ``k == 1``.
+      warn_inert: called (at trace time, ``k >= 2`` only) with a scalar bool tensor that is
+        True on a step whose gradients are all finite but where no element of any variable
+        has a defined GSNR, i.e. every replica sent the same (or an all-zero) gradient and
+        the step equals the base optimizer's. The caller turns it into a warning.
       record_statistics: Python bool or scalar bool tensor: whether this step computes and
         stores the diagnostics (the two extra per-variable reductions run inside a
         ``tf.cond``, so steps that do not record skip them).
@@ -410,11 +435,13 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     # One collective of one packed buffer [x, x**2] (float32 whatever the gradient dtype).
     sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
     s1, s2 = sums[:total], sums[total:]
-    factor, make_statistics = _factors(s1, s2, sizes, k, gamma)
+    factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
     all_finite = tf.reduce_all(tf.math.is_finite(s1))
+    if warn_inert is not None:
+        warn_inert(tf.logical_and(all_finite, tf.equal(tf.reduce_sum(num_defined), 0.0)))
     index = [state.index(v) for v in variables]
     if beta_3 > 0.0:
         old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
@@ -429,7 +456,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
             state.corrections[j].assign(c)
 
     def record():
-        stats = make_statistics()
+        stats = make_statistics(factor)
         for j, row in zip(index, tf.unstack(stats, num=len(index))):
             state.statistics[j].assign(row)
         return tf.constant(True)

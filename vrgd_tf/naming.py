@@ -2,7 +2,7 @@
 
 import re
 
-__all__ = ["variable_name", "matches_any"]
+__all__ = ["variable_name", "matches_any", "display_names"]
 
 
 def variable_name(variable) -> str:
@@ -16,3 +16,29 @@ def matches_any(patterns, name: str) -> bool:
     """True if any regex in ``patterns`` (None or list of str) is found by ``re.search``
     in ``name``."""
     return any(re.search(p, name) is not None for p in patterns or ())
+
+
+def display_names(names):
+    """``names`` (paths such as ``"sequential/dense1/kernel"``) without the leading path
+    components that all of them share, keeping at least the last component of each.
+
+    Keras 3 prefixes a variable's path with the scope it was built in, which differs between a
+    model built in its own scope and the same model after ``keras.models.load_model``
+    (``sequential/dense1/kernel`` vs ``dense1/kernel``). Diagnostics named by this function
+    stay the same across such a save and load, so TensorBoard curves continue on resume.
+
+    Args:
+      names: sequence of str, ``/``-separated.
+
+    Returns:
+      list of str, in the same order.
+    """
+    parts = [n.split("/") for n in names]
+    if not parts:
+        return []
+    common = 0
+    shortest = min(len(p) for p in parts)
+    while (common < shortest - 1
+           and all(p[common] == parts[0][common] for p in parts)):
+        common += 1
+    return ["/".join(p[common:]) for p in parts]

@@ -1,10 +1,17 @@
 """GSNR diagnostics as TensorBoard summaries, and Keras callbacks that write them.
 
-Each VRGD optimizer keeps, per trainable variable, the mean GSNR and the fractions of
-elements whose factor was clipped at ``gamma`` and at 1 (:class:`vrgd_tf.gsnr.GSNRStatistics`),
-computed inside the train step on the steps that bring ``iterations`` to a multiple of its
-``statistics_interval`` (other steps skip that work). These helpers only read them, outside the
-step, every ``update_freq`` steps; set ``update_freq`` to a multiple of the interval.
+Each VRGD optimizer keeps, per trainable variable, the diagnostics of
+:class:`vrgd_tf.gsnr.GSNRStatistics` (mean GSNR, fractions of elements whose factor was
+clipped at ``gamma`` and at 1, mean factor applied), computed inside the train step on the
+steps that bring ``iterations`` to a multiple of its ``statistics_interval`` (other steps skip
+that work). These helpers only read them, outside the step, every ``update_freq`` steps; set
+``update_freq`` to a multiple of the interval.
+
+The headline values (:data:`HEADLINE_PREFIXES`) summarise all variables in a way a reader can
+trust: ``vrgd/median/mean_gsnr`` is the median over variables of the mean GSNR (a mean over
+variables is dominated by the few with a huge GSNR), and ``vrgd/mean/mean_factor`` is the
+mean over variables of the factor applied, i.e. how much smaller than the base optimizer's
+the average step is.
 """
 
 import logging
@@ -12,9 +19,13 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs"]
+from vrgd_tf.gsnr import STATISTICS_FIELDS
 
-_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one")
+__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "HEADLINE_PREFIXES"]
+
+_FIELDS = STATISTICS_FIELDS
+#: Tag prefixes of the summaries over all variables (median of the GSNR, means of the rest).
+HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
 _LOG = logging.getLogger("vrgd_tf")
 
 
@@ -27,22 +38,36 @@ def _inner(optimizer):
     return optimizer
 
 
-def summary_logs(optimizer):
-    """``{"vrgd/<variable>/<field>": float}`` for every variable, plus the means over
-    variables ``"vrgd/mean/<field>"``; empty for a non-VRGD optimizer.
+def summary_logs(optimizer, headline_only=False):
+    """The optimizer's GSNR diagnostics as a flat ``{tag: float}`` dict.
 
-    Suitable for a Keras ``logs`` dict or Model Garden's train-step logs.
+    Tags: ``"vrgd/<variable>/<field>"`` for every variable and field of
+    :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`, plus the headline over variables:
+    ``"vrgd/median/mean_gsnr"`` (median of the per-variable mean GSNR) and
+    ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one`` and ``mean_factor``
+    (means over variables). Suitable for a Keras ``logs`` dict or Model Garden's train-step
+    logs.
+
+    Args:
+      optimizer: a vrgd_tf optimizer of either family, possibly inside a loss-scale wrapper.
+      headline_only: bool; return only the headline tags (:data:`HEADLINE_PREFIXES`).
+
+    Returns:
+      The dict; empty for a non-VRGD optimizer or one not built yet.
     """
     optimizer = _inner(optimizer)
     if not hasattr(optimizer, "vrgd_statistics"):
         return {}
     stats = optimizer.vrgd_statistics()
     logs = {}
-    for name, values in stats.items():
-        for field in _FIELDS:
-            logs[f"vrgd/{name}/{field}"] = values[field]
+    if not headline_only:
+        for name, values in stats.items():
+            for field in _FIELDS:
+                logs[f"vrgd/{name}/{field}"] = values[field]
     if stats:
-        for field in _FIELDS:
+        logs["vrgd/median/mean_gsnr"] = float(np.median([v["mean_gsnr"]
+                                                         for v in stats.values()]))
+        for field in _FIELDS[1:]:
             logs[f"vrgd/mean/{field}"] = float(np.mean([v[field] for v in stats.values()]))
     return logs
 
@@ -50,8 +75,8 @@ def summary_logs(optimizer):
 def write_gsnr_summaries(optimizer, step, writer=None):
     """Writes the optimizer's GSNR diagnostics as TensorBoard scalars and histograms.
 
-    Scalars ``vrgd/<variable>/{mean_gsnr,frac_at_gamma,frac_at_one}`` and their means over
-    variables; histograms ``vrgd/hist/<field>`` over variables.
+    Scalars: every tag of :func:`summary_logs`; histograms ``vrgd/hist/<field>`` over
+    variables.
 
     Args:
       optimizer: a vrgd_tf optimizer (either family), possibly inside a LossScaleOptimizer.
@@ -70,7 +95,7 @@ def write_gsnr_summaries(optimizer, step, writer=None):
             tf.summary.scalar(key, value, step=step)
         for field in _FIELDS:
             values = [v for k, v in logs.items()
-                      if k.endswith("/" + field) and not k.startswith("vrgd/mean/")]
+                      if k.endswith("/" + field) and not k.startswith(HEADLINE_PREFIXES)]
             tf.summary.histogram(f"vrgd/hist/{field}", np.asarray(values, np.float32),
                                  step=step)
     return logs
@@ -126,9 +151,7 @@ def _make_callback(callback_base):
 
         def on_epoch_end(self, epoch, logs=None):
             if self.log_to_history and logs is not None:
-                for key, value in summary_logs(self.model.optimizer).items():
-                    if key.startswith("vrgd/mean/"):
-                        logs[key] = value
+                logs.update(summary_logs(self.model.optimizer, headline_only=True))
 
         def on_train_end(self, logs=None):
             if self._writer is not None:

@@ -2,7 +2,7 @@
 
 :class:`VRGDTrainer` is Model Garden's ``official.core.base_trainer.Trainer`` with one
 addition: at the end of every train loop (``trainer.steps_per_loop`` steps) it adds the
-means over variables of the optimizer's diagnostics (``vrgd/mean/mean_gsnr``,
+headline diagnostics over variables (``vrgd/median/mean_gsnr``, ``vrgd/mean/mean_factor``,
 ``vrgd/mean/frac_at_gamma``, ``vrgd/mean/frac_at_one``) to the loop's logs, which Orbit prints
 and writes to ``<model_dir>/train`` beside the loss and learning rate; and on the steps that
 are multiples of ``trainer.summary_interval`` it writes the per-variable scalars and the
@@ -43,7 +43,8 @@ class VRGDTrainer(base_trainer.Trainer):
     def train_loop_end(self):
         logs = super().train_loop_end()
         vrgd_logs = summaries.summary_logs(self.optimizer)
-        logs.update({k: v for k, v in vrgd_logs.items() if k.startswith("vrgd/mean/")})
+        logs.update({k: v for k, v in vrgd_logs.items()
+                     if k.startswith(summaries.HEADLINE_PREFIXES)})
         interval = self.config.trainer.summary_interval or 0
         step = int(self.global_step.numpy())
         if vrgd_logs and self._vrgd_summary_dir and interval > 0 and step % interval == 0:

@@ -28,11 +28,59 @@ if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras up
 
 
 class _KerasVRGDMixin(common.VRGDCommon):
-    """Overrides of a Keras 3 optimizer that insert the GSNR step. Use make_vrgd_optimizer."""
+    """Overrides of a Keras 3 optimizer that insert the GSNR step. Use make_vrgd_optimizer.
+
+    Gradient clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) acts on the
+    aggregated, variance-reduced gradient, as in the tf_keras family: plain Keras 3 clips each
+    replica's gradient before the all-reduce, which would make clipped gradients equal across
+    replicas and hide the noise that the GSNR measures.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
+
+    def _vrgd_check_strategy_combinations(self, strategy) -> None:
+        """Raises for base-optimizer options that Keras 3 cannot run under ``strategy``.
+
+        Keras 3 runs the gradient accumulation and the EMA overwrite inside a conditional
+        in the replica context, where a tf.distribute strategy needs a merge call (and
+        VRGD's all-reduce would sit inside the conditional): both fail deep in the first
+        step. They are refused here instead, by name.
+        """
+        if strategy.num_replicas_in_sync > 1:
+            name = type(self).__name__
+            if self.gradient_accumulation_steps:
+                raise ValueError(
+                    f"{name}: `gradient_accumulation_steps={self.gradient_accumulation_steps}` "
+                    "cannot be used under a tf.distribute strategy with "
+                    f"{strategy.num_replicas_in_sync} replicas: Keras 3 all-reduces the "
+                    "accumulated gradients inside a conditional, which the strategy cannot "
+                    "run. Raise the global batch instead (more replicas, or a larger "
+                    "per-replica batch), or leave `gradient_accumulation_steps` unset.")
+            if self.use_ema and self.ema_overwrite_frequency:
+                raise ValueError(
+                    f"{name}: `use_ema=True` with `ema_overwrite_frequency="
+                    f"{self.ema_overwrite_frequency}` cannot be used under a tf.distribute "
+                    "strategy: Keras 3 overwrites the model variables inside a conditional "
+                    "in the replica context, which the strategy cannot run. Leave "
+                    "`ema_overwrite_frequency=None` and call "
+                    "`optimizer.finalize_variable_values(model.trainable_variables)` at the "
+                    "end of training.")
 
     def build(self, variables):
         if self.built:
             return
+        ctx = tf.distribute.get_replica_context()
+        if (ctx is not None and ctx.num_replicas_in_sync > 1
+                and not tf.executing_eagerly()):
+            raise RuntimeError(
+                f"{type(self).__name__} is being built inside `strategy.run` in a "
+                "tf.function, where a tf.distribute strategy cannot create its variables. "
+                "Build it once in the strategy scope before the first step: "
+                "`with strategy.scope(): optimizer.build(model.trainable_variables)` "
+                "(`model.compile` + `model.fit` do this for you).")
+        self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
         super().build(variables)
         self._vrgd_state = gsnr.VRGDState(self._vrgd_make_variable, self._var_key,
                                           self.beta_3)
@@ -62,12 +110,56 @@ class _KerasVRGDMixin(common.VRGDCommon):
                 "version is not supported; install the range pinned by vrgd_tf.")
         return result
 
+    def _clip_gradients(self, grads):
+        # Keras 3 calls this on each replica's gradients before the all-reduce; VRGD clips
+        # the reduced gradients in _all_reduce_sum_gradients instead (see the class doc).
+        return grads
+
     def _all_reduce_sum_gradients(self, grads_and_vars):
         self._vrgd_hook_called = True
         ctx = tf.distribute.get_replica_context()
         if ctx is None:
-            return super()._all_reduce_sum_gradients(grads_and_vars)
-        return self._vrgd_reduce(grads_and_vars, ctx)
+            reduced = super()._all_reduce_sum_gradients(grads_and_vars)
+        else:
+            reduced = self._vrgd_reduce(grads_and_vars, ctx)
+        present = [i for i, (g, _) in enumerate(reduced) if g is not None]
+        clipped = super()._clip_gradients([reduced[i][0] for i in present])
+        reduced = list(reduced)
+        for i, g in zip(present, clipped):
+            reduced[i] = (g, reduced[i][1])
+        return reduced
+
+
+def _check_finite_on_every_replica(check_finite):
+    """Wraps ``keras.optimizers.LossScaleOptimizer.check_finite`` for VRGD inner optimizers.
+
+    Keras 3.15's loss-scale optimizer tests the finiteness of one replica's *local*
+    gradients and takes that replica's answer for all (its comment assumes the gradients are
+    already all-reduced, which Keras 3 does later, inside the inner optimizer). When only
+    another replica overflows, the inner optimizer then applies a NaN step and the scale is
+    not lowered. For a VRGD inner optimizer under more than one replica the local answer is
+    all-reduced first, so every replica skips the step and the scale halves, as in tf_keras.
+    One extra scalar all-reduce per step; other inner optimizers are left as Keras has them.
+    """
+
+    def wrapped(self, grads):
+        finite = check_finite(self, grads)
+        ctx = tf.distribute.get_replica_context()
+        if (not isinstance(self.inner_optimizer, _KerasVRGDMixin) or ctx is None
+                or ctx.num_replicas_in_sync == 1):
+            return finite
+        not_finite = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                    1.0 - tf.cast(finite, tf.float32))
+        return tf.equal(not_finite, 0.0)
+
+    wrapped._vrgd_wrapped = True
+    wrapped.__doc__ = check_finite.__doc__
+    return wrapped
+
+
+if not getattr(keras.optimizers.LossScaleOptimizer.check_finite, "_vrgd_wrapped", False):
+    keras.optimizers.LossScaleOptimizer.check_finite = _check_finite_on_every_replica(
+        keras.optimizers.LossScaleOptimizer.check_finite)
 
 
 
