@@ -118,6 +118,25 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
             np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=a.name)
         self.assertGreater(np.abs(saved[-1].numpy()).max(), 0.0)
 
+    def test_diagnostic_names_survive_save_and_load(self):
+        """``sequential/d1/kernel`` becomes ``d1/kernel`` after load_model; the names
+        of the diagnostics (and so the TensorBoard tags) do not change."""
+        x, y, _ = linear_problem()
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, name="d1"),
+                                      keras.layers.Dense(3, name="d2")])
+            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01), loss="mse")
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        path = os.path.join(tempfile.mkdtemp(), "m.keras")
+        model.save(path)
+        with strategy.scope():
+            loaded = keras.models.load_model(path)
+        loaded.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        names = sorted(model.optimizer.vrgd_statistics())
+        self.assertEqual(names, ["d1/bias", "d1/kernel", "d2/bias", "d2/kernel"])
+        self.assertEqual(sorted(loaded.optimizer.vrgd_statistics()), names)
+
     def test_checkpoint_restores_and_training_continues_exactly(self):
         """4 replicas: 2 steps, checkpoint, 2 more steps == restore into a new run, 2 steps."""
         from test_keras_reference import make_problem

@@ -34,7 +34,9 @@ base optimizer bit for bit.
 Undefined statistics (spec section 2, *our reading* where marked) give factor 1:
 
 * ``k == 1``: no noise estimate; the gradients pass through unchanged (a warning is logged
-  once by the caller).
+  once by the caller). With ``k >= 2``, a step in which no element of any variable has a
+  defined GSNR (every replica sent the same gradient) is reported to the caller
+  (``warn_inert``), which warns once.
 * Elements whose variance is not resolvable in float32, i.e.
   ``s2 <= NOISE_RTOL * k * mean(x**2)`` (this includes identical gradients on every replica
   and all-zero gradients), or whose statistics are not finite (overflow of the squares, or
