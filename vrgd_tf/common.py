@@ -126,6 +126,9 @@ class VRGDCommon:
 
     _vrgd_base_class = None
     _vrgd_default_beta_3 = 0.0
+    #: True for a base optimizer without a sparse update rule: ``tf.IndexedSlices``
+    #: gradients reach it dense, on every replica count.
+    _vrgd_densify_sparse = False
 
     def __init__(self, *args, gamma=0.1, beta_3=None, statistics_interval=1, **kwargs):
         base = self._vrgd_base_class
@@ -210,6 +213,9 @@ class VRGDCommon:
             warn_single_replica=self._vrgd_warn_single_replica,
             warn_inert=self._vrgd_warn_inert,
             record_statistics=self._vrgd_record_statistics())
+        if self._vrgd_densify_sparse:
+            reduced = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                       for g in reduced]
         it = iter(reduced)
         return [(next(it) if g is not None else None, v) for g, v in pairs]
 

@@ -394,7 +394,8 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
 
     Args:
       grads: list of ``n`` per-replica gradients, ``tf.Tensor`` or ``tf.IndexedSlices``
-        (made dense, see :func:`dense_gradient`), any float dtype, none of them None.
+        (made dense for the statistics, see :func:`dense_gradient`), any float dtype, none
+        of them None.
       variables: the ``n`` matching trainable variables.
       gamma: Python float in (0, 1].
       beta_3: Python float in [0, 1).
@@ -410,8 +411,14 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         ``tf.cond``, so steps that do not record skip them).
 
     Returns:
-      List of ``n`` dense tensors, each of its gradient's dtype and dense shape: the SUM over
+      List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
       replicas (``k == 1``: the gradients themselves, unchanged) multiplied by the factor.
+      A ``tf.IndexedSlices`` gradient gives what the strategy's own SUM gives for it (under
+      MirroredStrategy an ``IndexedSlices`` of every replica's rows, duplicates kept; the
+      same rows on every replica count) with each row multiplied by its factor row, so the
+      base optimizer applies its own sparse rule whatever the number of replicas, and
+      ``gamma=1, beta_3=0`` hands it exactly what it would get without VRGD. The statistics
+      of a sparse gradient are those of its dense form (duplicate rows summed per replica).
 
     Raises:
       RuntimeError: called in a cross-replica context.
@@ -434,8 +441,16 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     sizes = _sizes(dense)
     total = sum(sizes)
     flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
-    # One collective of one packed buffer [x, x**2] (float32 whatever the gradient dtype).
-    sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
+    # One all-reduce call: the packed buffer [x, x**2] (float32 whatever the gradient dtype)
+    # and, for sparse gradients, the strategy's own sparse SUM of their rows (as the base
+    # optimizer would get it; scaled by the factor below).
+    packed = tf.concat([flat, tf.square(flat)], 0)
+    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
+    if sparse:
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
+        sums, sparse_sums = reduced[0], iter(reduced[1:])
+    else:
+        sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, packed)
     s1, s2 = sums[:total], sums[total:]
     factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
 
@@ -469,5 +484,29 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         tf.cond(tf.logical_and(all_finite, record_statistics), record,
                 lambda: tf.constant(False))
 
-    return [tf.cast(tf.reshape(part, tf.shape(g)), g.dtype)
-            for g, part in zip(dense, tf.split(factor * s1, sizes))]
+    out = []
+    for g, d, f, part in zip(grads, dense, tf.split(factor, sizes), tf.split(s1, sizes)):
+        f = tf.reshape(f, tf.shape(d))
+        if isinstance(g, tf.IndexedSlices):
+            out.append(_scale_rows(next(sparse_sums), f))
+        else:
+            out.append(tf.cast(f * tf.reshape(part, tf.shape(d)), d.dtype))
+    return out
+
+
+def _scale_rows(summed, factor):
+    """``factor * summed`` for the all-reduced sum of a sparse gradient.
+
+    Args:
+      summed: what the strategy's SUM of a ``tf.IndexedSlices`` gave: ``tf.IndexedSlices``
+        (MirroredStrategy gathers every replica's rows, duplicates kept) or a dense tensor.
+      factor: float32, the variable's dense shape.
+
+    Returns:
+      The same kind as ``summed``, its dtype; every row multiplied by its factor row.
+    """
+    if isinstance(summed, tf.IndexedSlices):
+        rows = tf.gather(factor, summed.indices)
+        values = tf.cast(tf.cast(summed.values, tf.float32) * rows, summed.values.dtype)
+        return tf.IndexedSlices(values, summed.indices, summed.dense_shape)
+    return tf.cast(factor * tf.cast(summed, tf.float32), summed.dtype)

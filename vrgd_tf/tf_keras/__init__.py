@@ -124,6 +124,8 @@ VRGDLars = make_vrgd_optimizer(_mg_lars.LARS, name="VRGDLars", doc=(
     "(`learning_rate`, `momentum`, `weight_decay_rate`, `eeta`, `nesterov`, "
     "`classic_momentum`, `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed "
     "the variance-reduced gradient.\n"))
+# Model Garden's LARS has no sparse rule (NotImplementedError): it gets sparse gradients dense.
+VRGDLars._vrgd_densify_sparse = True
 VRGDLamb = make_vrgd_optimizer(_mg_lamb.LAMB, name="VRGDLamb", default_beta_3=0.9, doc=(
     "VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB` "
     "(`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`, "

@@ -1,0 +1,162 @@
+"""Sparse (``tf.IndexedSlices``) gradients: one rule on every replica count.
+
+The variance-reduced gradient of a sparse gradient is what the strategy's own SUM gives for it
+(every replica's rows, duplicates kept) with each row scaled by its factor, so the base
+optimizer applies its own sparse rule whatever the replica count, and ``gamma=1, beta_3=0`` is
+the base optimizer exactly. Bases without a sparse rule get the gradient dense, on every
+replica count.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+import numpy_reference as ref
+import util
+import vrgd_tf
+from vrgd_tf import tf_keras as vtk
+
+SHAPE = (10, 2)
+# Four shards of three rows each: duplicates within a shard (3, 3 and 9, 9), rows touched by
+# one shard only (1, 4, 8), rows touched by several (3, 7, 9), rows touched by none (2, 5, 6).
+ROWS = np.array([[3, 3, 7], [7, 9, 9], [1, 3, 3], [9, 4, 8]], np.int32)
+STEPS = 2
+VALUES = np.random.RandomState(0).randn(STEPS, 4, 3, 2).astype(np.float32)
+
+KERAS3 = "keras3"
+TF_KERAS = "tf_keras"
+
+
+def run_sparse(family, k, make_optimizer, scale=None):
+    """Trains one (10, 2) variable from ones with the four shards spread over k replicas.
+
+    Args:
+      family: KERAS3 or TF_KERAS (variable type).
+      k: replicas (1, 2 or 4); replica d sends shards d*4/k .. (d+1)*4/k - 1 as one
+        ``tf.IndexedSlices``.
+      make_optimizer: () -> optimizer.
+      scale: None, or float32 [STEPS, 10, 2]: multiply each row's values by
+        ``scale[step, row]`` before handing them over (the VRGD factor, for the base).
+
+    Returns:
+      The variable's value, numpy (10, 2).
+    """
+    strategy = util.strategy_for(k)
+    with strategy.scope():
+        init = np.ones(SHAPE, np.float32)
+        var = keras.Variable(init, name="emb") if family == KERAS3 else tf.Variable(init)
+        opt = make_optimizer()
+        if family == KERAS3:
+            opt.build([var])
+    per = 4 // k
+    rows = tf.constant(ROWS)
+    values = tf.constant(VALUES)
+    factors = tf.constant(np.ones((STEPS,) + SHAPE, np.float32) if scale is None else scale)
+
+    @tf.function
+    def step(i):
+        def fn():
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            shards = tf.range(rid * per, (rid + 1) * per)
+            idx = tf.reshape(tf.gather(rows, shards), [-1])
+            val = tf.reshape(tf.gather(values[i], shards), [-1, SHAPE[1]])
+            val = val * tf.gather(factors[i], idx)
+            opt.apply_gradients([(tf.IndexedSlices(val, idx, tf.constant(SHAPE)), var)])
+        strategy.run(fn)
+
+    for i in range(STEPS):
+        step(tf.constant(i))
+    return np.array(var.numpy())
+
+
+def dense_replica_gradients(k):
+    """float64 [STEPS, k, 10, 2]: each replica's sparse gradient made dense."""
+    per = 4 // k
+    out = np.zeros((STEPS, k) + SHAPE)
+    for t in range(STEPS):
+        for d in range(k):
+            for shard in range(d * per, (d + 1) * per):
+                np.add.at(out[t, d], ROWS[shard], VALUES[t, shard])
+    return out
+
+
+BASES = {
+    (KERAS3, "momentum"): (lambda **kw: vrgd_tf.VRGDSGD(0.1, momentum=0.9, **kw),
+                           lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    (KERAS3, "adam"): (lambda **kw: vrgd_tf.VRGDAdam(0.01, **kw),
+                       lambda: keras.optimizers.Adam(0.01)),
+    (TF_KERAS, "momentum"): (lambda **kw: vtk.VRGDSGD(0.1, momentum=0.9, **kw),
+                             lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
+    (TF_KERAS, "adam"): (lambda **kw: vtk.VRGDAdam(0.01, **kw),
+                         lambda: tf_keras.optimizers.legacy.Adam(0.01)),
+    (TF_KERAS, "lamb"): (lambda **kw: vtk.VRGDLamb(0.01, **kw),
+                         lambda: vtk.VRGDLamb._vrgd_base_class(0.01)),
+}
+
+
+class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(*sorted(BASES))
+    def test_vr_off_is_the_base_on_every_replica_count(self, family, name):
+        make_vr, make_base = BASES[(family, name)]
+        results = {}
+        for k in (1, 2, 4):
+            results[k] = run_sparse(family, k, lambda: make_vr(gamma=1.0, beta_3=0.0))  # noqa
+            base = run_sparse(family, k, make_base)
+            self.assertAllEqual(results[k], base, msg=f"k={k}")
+        for k in (2, 4):
+            self.assertAllClose(results[k], results[1], rtol=0, atol=1e-6, msg=f"k={k}")
+        self.assertGreater(np.abs(results[1] - 1.0).max(), 1e-3)  # it trained
+
+    @parameterized.parameters(*sorted(BASES))
+    def test_vr_is_the_base_fed_rows_scaled_by_the_reference_factor(self, family, name):
+        """The factor of the dense statistics (NumPy reference) scales each sparse row."""
+        make_vr, make_base = BASES[(family, name)]
+        for k in (2, 4):
+            grads = dense_replica_gradients(k)
+            factors = np.stack([ref.gsnr_factor(grads[t], 0.1)[0] for t in range(STEPS)])
+            self.assertLess(factors[:, [3, 7, 9]].min(), 0.99)  # VRGD did scale rows
+            vr = run_sparse(family, k, lambda: make_vr(gamma=0.1, beta_3=0.0))  # noqa
+            expected = run_sparse(family, k, make_base, scale=factors.astype(np.float32))
+            # float32 statistics vs the float64 reference factor (see gsnr.py: precision)
+            self.assertAllClose(vr, expected, rtol=1e-4, atol=1e-5, msg=f"k={k}")
+            for row in (2, 5, 6):  # touched by no replica: untouched by any rule here
+                self.assertAllEqual(vr[row], np.ones(2))
+
+    def test_lars_without_sparse_rule_gets_dense_gradients_on_every_replica_count(self):
+        """Model Garden's LARS raises NotImplementedError for sparse gradients; VRGD hands it
+        the dense sum instead, the same on 1, 2 and 4 replicas."""
+        results = {k: run_sparse(TF_KERAS, k, lambda: vtk.VRGDLars(0.1, gamma=1.0))
+                   for k in (1, 2, 4)}
+        dense = dense_replica_gradients(1)[:, 0]
+        w = {"emb": np.ones(SHAPE)}
+        base = ref.Lars(0.1, 0.9, 0.0, 0.001)
+        for t in range(STEPS):
+            w["emb"] = base.step("emb", w["emb"], dense[t])
+        for k in (1, 2, 4):
+            self.assertAllClose(results[k], w["emb"], rtol=1e-5, atol=1e-6, msg=f"k={k}")
+
+    def test_embedding_model_fit_vr_off_same_on_one_and_two_replicas(self):
+        rng = np.random.RandomState(1)
+        x = rng.randint(0, 50, size=(32, 6)).astype(np.int32)
+        y = rng.randn(32, 1).astype(np.float32)
+        out = {}
+        for k in (1, 2):
+            with util.strategy_for(k).scope():
+                keras.utils.set_random_seed(3)
+                model = keras.Sequential([keras.Input((6,), dtype="int32"),
+                                          keras.layers.Embedding(50, 4),
+                                          keras.layers.GlobalAveragePooling1D(),
+                                          keras.layers.Dense(1)])
+                model.compile(optimizer=vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0),
+                              loss="mse")
+            model.fit(x, y, batch_size=32, epochs=3, verbose=0, shuffle=False)
+            out[k] = [w.numpy() for w in model.trainable_variables]
+        for a, b in zip(out[1], out[2]):
+            self.assertAllClose(a, b, rtol=1e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+    tf.test.main()
