@@ -7,6 +7,8 @@ the base optimizer exactly. Bases without a sparse rule get the gradient dense, 
 replica count.
 """
 
+import logging
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -156,6 +158,48 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
             out[k] = [w.numpy() for w in model.trainable_variables]
         for a, b in zip(out[1], out[2]):
             self.assertAllClose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
+    """A pattern that matches no trainable variable gets one log line naming it."""
+
+    def _variables(self, family):
+        def make(path):
+            scope, name = path.split("/")
+            if family == TF_KERAS:
+                return tf.Variable(np.ones(2, np.float32), name=path)
+            with keras.name_scope(scope):
+                return keras.Variable(np.ones(2, np.float32), name=name)
+        return [make("dense/kernel"), make("dense/bias"), make("layer_norm/gamma")]
+
+    def _build(self, family, opt, variables):
+        if family == KERAS3:
+            opt.build(variables)
+        else:
+            opt._create_all_weights(variables)
+
+    @parameterized.parameters(
+        (KERAS3, vrgd_tf.VRGDLamb), (KERAS3, vrgd_tf.VRGDLars),
+        (TF_KERAS, vtk.VRGDLamb), (TF_KERAS, vtk.VRGDLars))
+    def test_unmatched_patterns_are_named_once(self, family, cls):
+        opt = cls(0.01, weight_decay_rate=0.01,
+                  exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+                  exclude_from_layer_adaptation=["bn/", "layer_norm"])
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            self._build(family, opt, self._variables(family))
+        lines = [r.getMessage() for r in logs.records if "matches none" in r.getMessage()]
+        self.assertLen(lines, 2, lines)
+        self.assertIn("`exclude_from_weight_decay` pattern 'LayerNorm'", lines[0])
+        self.assertIn("`exclude_from_layer_adaptation` pattern 'bn/'", lines[1])
+
+    @parameterized.parameters(KERAS3, TF_KERAS)
+    def test_matching_patterns_and_the_fallback_list_say_nothing(self, family):
+        cls = vrgd_tf.VRGDLamb if family == KERAS3 else vtk.VRGDLamb
+        opt = cls(0.01, exclude_from_weight_decay=["bias", "layer_norm"])
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            self._build(family, opt, self._variables(family))
+            logging.getLogger("vrgd_tf").warning("sentinel")
+        self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
 
 
 if __name__ == "__main__":

@@ -161,6 +161,35 @@ class VRGDCommon:
                        "statistics_interval": self.statistics_interval})
         return config
 
+    def _vrgd_add_variables(self, variables, make_variable, var_key) -> None:
+        """Creates the VRGD state of ``variables`` (on the first call also the
+        :class:`vrgd_tf.gsnr.VRGDState`, and logs exclusion patterns that match none of
+        them)."""
+        if self._vrgd_state is None:
+            self._vrgd_state = gsnr.VRGDState(make_variable, var_key, self.beta_3)
+            self._vrgd_log_unmatched_exclusions(variables)
+        self._vrgd_state.add_variables(variables)
+
+    def _vrgd_log_unmatched_exclusions(self, variables) -> None:
+        """Logs one line per exclusion pattern that matches no variable name.
+
+        Not an error: configs list several spellings on purpose (``"LayerNorm"``,
+        ``"layer_norm"``), but a pattern that matches nothing usually means a variable that
+        was meant to be excluded is not.
+        """
+        config = self.get_config()
+        names = [naming.variable_name(v) for v in variables]
+        seen = None
+        for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+            patterns = config.get(arg)
+            if not patterns or patterns == seen:
+                continue  # the layer-adaptation list falls back to the weight-decay list
+            seen = patterns
+            for pattern in naming.unmatched_patterns(patterns, names):
+                _LOG.warning("%s: `%s` pattern %r matches none of the %d trainable "
+                             "variables (e.g. %s).", type(self).__name__, arg, pattern,
+                             len(names), ", ".join(repr(n) for n in names[:3]))
+
     def _vrgd_warn_single_replica(self) -> None:
         if not self._vrgd_warned_single_replica:
             self._vrgd_warned_single_replica = True

@@ -2,7 +2,7 @@
 
 import re
 
-__all__ = ["variable_name", "matches_any", "display_names"]
+__all__ = ["variable_name", "matches_any", "display_names", "unmatched_patterns"]
 
 
 def variable_name(variable) -> str:
@@ -16,6 +16,12 @@ def matches_any(patterns, name: str) -> bool:
     """True if any regex in ``patterns`` (None or list of str) is found by ``re.search``
     in ``name``."""
     return any(re.search(p, name) is not None for p in patterns or ())
+
+
+def unmatched_patterns(patterns, names):
+    """The regexes of ``patterns`` (None or list of str) that ``re.search`` finds in none of
+    ``names``, in their order."""
+    return [p for p in patterns or () if not any(re.search(p, n) for n in names)]
 
 
 def display_names(names):

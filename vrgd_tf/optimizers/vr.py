@@ -16,7 +16,6 @@ from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
 from vrgd_tf import common
-from vrgd_tf import gsnr
 
 __all__ = ["make_vrgd_optimizer"]
 
@@ -82,9 +81,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
                 "(`model.compile` + `model.fit` do this for you).")
         self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
         super().build(variables)
-        self._vrgd_state = gsnr.VRGDState(self._vrgd_make_variable, self._var_key,
-                                          self.beta_3)
-        self._vrgd_state.add_variables(variables)
+        self._vrgd_add_variables(variables, self._vrgd_make_variable, self._var_key)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
         colocate = reference.value if isinstance(reference, backend.Variable) else reference

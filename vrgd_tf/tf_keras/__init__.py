@@ -22,7 +22,6 @@ from official.modeling.optimization import lars as _mg_lars
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common
-from vrgd_tf import gsnr
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -34,9 +33,7 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
 
     def _create_slots(self, var_list):
         super()._create_slots(var_list)
-        if self._vrgd_state is None:
-            self._vrgd_state = gsnr.VRGDState(self._vrgd_make_variable, _var_key, self.beta_3)
-        self._vrgd_state.add_variables(var_list)
+        self._vrgd_add_variables(var_list, self._vrgd_make_variable, _var_key)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
         """A replica-local slot ``vrgd_<kind>`` of ``reference``.
