@@ -130,6 +130,40 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(w, w32, rtol=0, atol=ULPS * eps * np.abs(init[n]).max(),
                                 msg=n)
 
+    @parameterized.parameters(
+        # (class, kwargs, dtype, None if it builds, else a pattern of the refusal)
+        (k3.VRGDSGD, dict(momentum=0.999), "bfloat16", r"momentum=0\.999 rounds to 1\.0"),
+        (k3.VRGDSGD, dict(momentum=0.999), "float16", None),   # 0.99902 in float16
+        (k3.VRGDSGD, dict(momentum=1.0), "bfloat16", None),    # 1 by choice, not rounding
+        (k3.VRGDAdam, dict(epsilon=1e-9), "float16", r"epsilon=1e-09 rounds to 0 in float16"),
+        (k3.VRGDAdam, dict(beta_2=0.99), "bfloat16", None),    # 0.98828 in bfloat16
+        (k3.VRGDAdam, dict(), "float64", None),
+        (k3.make_vrgd_optimizer(keras.optimizers.Lion, name="VRGDLionForTest",
+                                register=False), dict(), "float16", None),  # no 2nd moment
+    )
+    def test_hyperparameter_checks_are_data_driven(self, cls, kwargs, dtype, refusal):
+        opt = cls(learning_rate=0.01, **kwargs)
+        variable = keras.Variable(np.ones(3), dtype=dtype, name="w")
+        if refusal is None:
+            opt.build([variable])
+            self.assertTrue(opt.built)
+        else:
+            with self.assertRaisesRegex(ValueError, f"(?s)of dtype {dtype}.*{refusal}"):
+                opt.build([variable])
+            self.assertFalse(opt.built)  # refused before any state was made
+
+    @parameterized.product(cls=[k3.Lamb, k3.Lars, k3.VRGDLamb, k3.VRGDLars],
+                           dtype=LOW + ("float32", "float64"))
+    def test_port_slots_are_float32_for_low_precision_variables(self, cls, dtype):
+        opt = cls()
+        opt.build([keras.Variable(np.ones(3), dtype=dtype, name="w")])
+        slots = [v for v in opt.variables if v.shape == (3,)
+                 and not v.name.startswith("vrgd_")]
+        self.assertLen(slots, 2 if cls in (k3.Lamb, k3.VRGDLamb) else 1)
+        for slot in slots:
+            self.assertEqual(slot.dtype, "float32" if dtype in LOW else dtype, slot.name)
+            self.assertEqual(slot.name, "w_" + slot.name.split("_")[-1])
+
     @parameterized.product(cls=[k3.Lamb, k3.VRGDLamb], dtype=LOW)
     def test_lamb_zero_gradient_leaves_weights_unchanged(self, cls, dtype):
         # Was NaN for bfloat16: beta_2 = 0.999 rounded to 1 and 1 - beta_2**t was 0.
