@@ -1,11 +1,23 @@
-"""Argument checks shared by every optimizer family. Each raises before any state exists."""
+"""Argument checks shared by every optimizer family.
 
+The constructor checks raise before any state exists; :func:`check_variable_dtypes` runs at
+build time, the first moment the variables (and so their dtypes) are known.
+"""
+
+import math
 import numbers
 import re
 from typing import List, Optional
 
+import ml_dtypes
+import numpy as np
+import tensorflow as tf
+
+from vrgd_tf.naming import variable_name
+
 __all__ = ["check_count", "check_exclusion_list", "check_non_negative", "check_in_range",
-           "check_optimizer_arguments"]
+           "check_optimizer_arguments", "check_variable_dtypes", "is_plain_number",
+           "KERAS_FIX", "SMALLEST_GRADIENT", "rule_name"]
 
 # Optimizer constructor arguments checked by name, whatever the optimizer.
 _NON_NEGATIVE = ("learning_rate", "epsilon", "weight_decay", "weight_decay_rate", "eeta",
@@ -14,8 +26,12 @@ _UNIT_INTERVAL = ("beta_1", "beta_2")
 _EXCLUSIONS = ("exclude_from_weight_decay", "exclude_from_layer_adaptation")
 
 
-def _is_plain_number(value) -> bool:
+def is_plain_number(value) -> bool:
+    """True for a real Python/NumPy number that is not a bool (tensors are not)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+_is_plain_number = is_plain_number
 
 
 def check_non_negative(name: str, value):
@@ -143,3 +159,153 @@ def check_optimizer_arguments(values: dict) -> None:
     for name in _EXCLUSIONS:
         if name in values:
             check_exclusion_list(name, values[name])
+
+
+#: The smallest gradient magnitude (per element) a second moment kept in the variable's dtype
+#: must still resolve: ``(1 - beta_2) * SMALLEST_GRADIENT**2`` must be a normal number of
+#: that dtype. bfloat16 (the exponent range of float32) passes for any ``beta_2 < 1``;
+#: float16 (smallest normal 6.1e-5) fails for every ``beta_2``: with ``beta_2 = 0.999``,
+#: ``v`` is subnormal for ``|g| < 0.25`` and 0 for ``|g| < 7.7e-3``.
+SMALLEST_GRADIENT = 1e-6
+
+# Decay rates that an update rule computing in the variable's dtype needs below 1, and what
+# goes wrong when one rounds to 1.0 in that dtype.
+_DECAY_RATES = {
+    "beta_1": "the bias correction 1 - beta_1**t is 0 and the step is Inf or NaN",
+    "beta_2": "the bias correction 1 - beta_2**t is 0: Adam's step lr * sqrt(1 - beta_2**t) "
+              "/ (1 - beta_1**t) is 0, LAMB's v / (1 - beta_2**t) is 0/0 = NaN",
+    "momentum": "the momentum never decays",
+    "rho": "the moving average never decays",
+}
+# Constants that must stay > 0, and what goes wrong when one rounds to 0 in the dtype.
+_POSITIVE = {
+    "epsilon": "a zero second moment gives 0 / (0 + epsilon) = NaN",
+}
+
+#: The fix quoted by :func:`check_variable_dtypes` for the Keras 3 family.
+KERAS_FIX = (
+    "Keep the variables float32: the 'mixed_bfloat16' and 'mixed_float16' dtype policies "
+    "(keras.mixed_precision.set_dtype_policy) compute the layers in low precision but keep "
+    "float32 variables. Or use an optimizer that computes its update in float32 whatever "
+    "the variable dtype: vrgd_tf.VRGDLamb or vrgd_tf.VRGDLars.")
+
+
+def _hyperparameter(optimizer, name):
+    """The optimizer's hyper-parameter ``name`` as a Python float, or None if it has none or
+    it is not a constant (a schedule, a tensor without a value)."""
+    try:
+        value = getattr(optimizer, name, None)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    if value is None:
+        return None
+    if is_plain_number(value):
+        return float(value)
+    try:
+        with tf.init_scope():
+            if callable(value) and not hasattr(value, "numpy"):
+                value = value()
+            if hasattr(value, "numpy"):
+                value = value.numpy()
+            array = np.asarray(value, dtype=np.float64)
+        return float(array) if array.shape == () else None
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def rule_name(base_class) -> str:
+    """The public dotted name of an optimizer class, e.g. ``keras.optimizers.Adam`` (not
+    ``keras.src.optimizers.adam.Adam``); strings are returned unchanged."""
+    if isinstance(base_class, str):
+        return base_class
+    module, name = base_class.__module__, base_class.__name__
+    if ".src." in module:
+        parts = module.replace(".src.", ".").split(".")
+        if parts[-1] == name.lower():
+            parts = parts[:-1]
+        module = ".".join(parts)
+    return f"{module}.{name}"
+
+
+def _low_precision_problems(optimizer, dtype_name, np_dtype, finfo) -> List[str]:
+    """Why an update rule computing in ``np_dtype`` fails with the optimizer's
+    hyper-parameters: one clause per problem, empty if none."""
+    problems = []
+    for name, consequence in _DECAY_RATES.items():
+        value = _hyperparameter(optimizer, name)
+        if value is not None and 0.0 <= value < 1.0 and float(np_dtype(value)) >= 1.0:
+            problems.append(f"{name}={value:.6g} rounds to 1.0 in {dtype_name}, so "
+                            f"{consequence}")
+    for name, consequence in _POSITIVE.items():
+        value = _hyperparameter(optimizer, name)
+        if value is not None and value > 0.0 and float(np_dtype(value)) == 0.0:
+            problems.append(f"{name}={value:.6g} rounds to 0 in {dtype_name}, so "
+                            f"{consequence}")
+    beta_2 = _hyperparameter(optimizer, "beta_2")
+    if (beta_2 is not None and 0.0 <= beta_2 < 1.0
+            and _hyperparameter(optimizer, "epsilon") is not None):
+        one_minus = 1.0 - float(np_dtype(beta_2))
+        tiny = float(finfo.tiny)
+        if 0.0 < one_minus and one_minus * SMALLEST_GRADIENT ** 2 < tiny:
+            floor = math.sqrt(tiny / one_minus)
+            problems.append(
+                f"its second moment v accumulates (1 - beta_2) * g**2 in {dtype_name}, "
+                f"whose smallest normal number is {tiny:.3g}: with beta_2={beta_2:.6g}, v loses "
+                f"precision for |g| < {floor:.2g} and is 0 for "
+                f"|g| < {math.sqrt(float(finfo.smallest_subnormal) / one_minus):.2g}, so the "
+                "step becomes lr * m / epsilon, orders of magnitude too large")
+    return problems
+
+
+def check_variable_dtypes(optimizer, variables, *, base_rule,
+                          float32_only: Optional[str] = None, fix: str = KERAS_FIX) -> None:
+    """Raises at build time if the optimizer's update rule cannot train a variable's dtype.
+
+    Float variables narrower than float32 (bfloat16, float16) are checked; float32 and
+    float64 ones always pass. Data-driven, per class:
+
+    * ``optimizer.computes_in_float32`` True (class attribute, e.g. this package's ``Lamb``
+      and ``Lars``): the rule computes in float32 and casts back, so every dtype passes.
+    * ``float32_only`` given: the rule cannot run on such variables at all; the reason (a
+      clause following "its update rule (...)") is quoted.
+    * Otherwise the rule computes in the variable's dtype, and its hyper-parameters are
+      checked by name: decay rates in [0, 1) (``beta_1``, ``beta_2``, ``momentum``, ``rho``)
+      must not round to 1.0, ``epsilon`` > 0 must not round to 0, and an Adam-type second
+      moment (``beta_2`` with ``epsilon``) must hold ``(1 - beta_2) * g**2`` as a normal
+      number down to ``|g| =`` :data:`SMALLEST_GRADIENT` (float16 cannot).
+
+    Args:
+      optimizer: the optimizer being built (Keras 3 or tf_keras ``OptimizerV2``).
+      variables: its trainable variables (any with a ``dtype``).
+      base_rule: the update rule for the message: its class (see :func:`rule_name`) or name.
+      float32_only: None, or why the rule only runs on float32/float64 variables.
+      fix: the advice ending the message; default :data:`KERAS_FIX`.
+
+    Raises:
+      ValueError: naming the optimizer class, the first failing variable, its dtype, why,
+        and the fix (float32 variables, e.g. a mixed-precision policy, or an optimizer that
+        computes in float32).
+    """
+    if getattr(optimizer, "computes_in_float32", False):
+        return
+    checked = {}
+    for variable in variables:
+        dtype = tf.as_dtype(variable.dtype)
+        if not dtype.is_floating or dtype.size >= 4:
+            continue
+        if dtype.name not in checked:
+            if float32_only:
+                checked[dtype.name] = f"its update rule ({rule_name(base_rule)}) {float32_only}"
+            else:
+                np_dtype = dtype.as_numpy_dtype
+                problems = _low_precision_problems(optimizer, dtype.name, np_dtype,
+                                                   ml_dtypes.finfo(np_dtype))
+                checked[dtype.name] = problems and (
+                    f"its update rule ({rule_name(base_rule)}) computes in the variable's "
+                    "dtype, and "
+                    + "; and ".join(problems))
+        if checked[dtype.name]:
+            raise ValueError(
+                f"{type(optimizer).__name__} cannot train variable "
+                f"'{variable_name(variable)}' of dtype {dtype.name}: {checked[dtype.name]}. "
+                + fix)

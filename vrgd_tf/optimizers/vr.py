@@ -16,6 +16,7 @@ from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
 from vrgd_tf import common
+from vrgd_tf import validation
 
 __all__ = ["make_vrgd_optimizer"]
 
@@ -80,6 +81,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
                 "`with strategy.scope(): optimizer.build(model.trainable_variables)` "
                 "(`model.compile` + `model.fit` do this for you).")
         self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
+        validation.check_variable_dtypes(self, variables, base_rule=self._vrgd_base_class)
         super().build(variables)
         self._vrgd_add_variables(variables, self._vrgd_make_variable, self._var_key)
 
@@ -180,7 +182,9 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
 
     Returns:
       The new class. Its constructor raises ``ValueError``/``TypeError`` for
-      ``gamma`` outside (0, 1], ``beta_3`` outside [0, 1), and out-of-range base arguments.
+      ``gamma`` outside (0, 1], ``beta_3`` outside [0, 1), and out-of-range base arguments;
+      its ``build`` raises ``ValueError`` for a bfloat16/float16 variable that the base
+      rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
 
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.

@@ -12,6 +12,13 @@ Works inside ``tf_keras.mixed_precision.LossScaleOptimizer``: that wrapper calls
 ``_aggregate_gradients`` on the unscaled gradients, and on a step with a non-finite
 gradient it skips the update while the VRGD state stays as it was.
 
+Low-precision variables: ``VRGDSGD`` trains bfloat16 and float16 variables (its rule
+has no coefficient that breaks in them). ``VRGDAdam`` and ``VRGDLamb`` (default ``beta_2``;
+Adam and LAMB compute in the variable's dtype) and ``VRGDLars`` (Model Garden's LARS fails
+to trace for them) raise ``ValueError`` when their slots are created for such a variable,
+naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
+:func:`vrgd_tf.validation.check_variable_dtypes`.
+
 Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
@@ -22,16 +29,36 @@ from official.modeling.optimization import lars as _mg_lars
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common
+from vrgd_tf import validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
 _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
+
+# Base update rules that cannot run on bfloat16/float16 variables at all, and why (a clause
+# after "its update rule (...)"); see validation.check_variable_dtypes.
+_FLOAT32_ONLY = {
+    _mg_lars.LARS: (
+        "multiplies its momentum slot by the Python float `momentum` with tf.multiply, "
+        "which raises a TypeError inside a tf.function (model.fit, Model Garden's trainer) "
+        "for a variable that is not float32 (e.g. \"Input 'y' of 'Mul' Op has type bfloat16 "
+        "that does not match type float32\")"),
+}
+_FIX = ("Keep the variables float32: tf_keras' 'mixed_bfloat16' and 'mixed_float16' dtype "
+        "policies (tf_keras.mixed_precision.set_global_policy; Model Garden's "
+        "`runtime.mixed_precision_dtype`) compute the layers in low precision but keep "
+        "float32 variables.")
 
 
 class _TfKerasVRGDMixin(common.VRGDCommon):
     """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
 
     def _create_slots(self, var_list):
+        base = self._vrgd_base_class
+        validation.check_variable_dtypes(
+            self, var_list, base_rule=base, fix=_FIX,
+            float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
+                               if issubclass(base, cls)), None))
         super()._create_slots(var_list)
         self._vrgd_add_variables(var_list, self._vrgd_make_variable, _var_key)
 
@@ -94,6 +121,8 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     Returns:
       The new class: the base class's arguments plus ``gamma`` (0, 1] and ``beta_3``
       [0, 1); its constructor raises ``ValueError``/``TypeError`` for values outside them.
+      Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
+      base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
 
     Raises:
       TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
