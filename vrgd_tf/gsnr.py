@@ -379,11 +379,15 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
                     replica_context: Optional[tf.distribute.ReplicaContext] = None,
                     warn_single_replica: Optional[Callable[[], None]] = None,
                     warn_inert: Optional[Callable[[tf.Tensor], None]] = None,
-                    record_statistics=True) -> List:
+                    record_statistics=True, sq_sums: Optional[Sequence] = None,
+                    num_groups: int = 1) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
-    gradients. With ``k`` replicas in sync it makes exactly one
+    gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
+    (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
+    ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
+    (``sq_sums`` None) the squares are taken here. It makes exactly one
     ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
     ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements),
     computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
@@ -409,6 +413,12 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
       record_statistics: Python bool or scalar bool tensor: whether this step computes and
         stores the diagnostics (the two extra per-variable reductions run inside a
         ``tf.cond``, so steps that do not record skip them).
+      sq_sums: None, or a list of ``n`` dense tensors of the variables' shapes (any float
+        dtype, summed in float32): this replica's ``sum_j x_j**2`` over its ``num_groups``
+        micro-batch gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse
+        gradient, the squares of each group's dense form). Required when
+        ``num_groups > 1``.
+      num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -422,7 +432,8 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
 
     Raises:
       RuntimeError: called in a cross-replica context.
-      ValueError: a gradient without a static shape.
+      ValueError: a gradient without a static shape, ``num_groups`` < 1, or ``sq_sums``
+        missing (``num_groups > 1``) or not matching ``grads``.
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
@@ -430,7 +441,15 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
                            "(inside `strategy.run` or `model.fit`), not in a cross-replica "
                            "context.")
     grads = list(grads)
-    k = ctx.num_replicas_in_sync
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+        raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
+    if num_groups > 1 and sq_sums is None:
+        raise ValueError(f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
+                         "gradients) is required when `num_groups` > 1.")
+    if sq_sums is not None and len(sq_sums) != len(grads):
+        raise ValueError(f"`sq_sums` must hold one tensor per gradient: got "
+                         f"{len(sq_sums)} for {len(grads)} gradients.")
+    k = ctx.num_replicas_in_sync * num_groups
     if k == 1:
         if warn_single_replica is not None:
             warn_single_replica()
@@ -441,10 +460,17 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     sizes = _sizes(dense)
     total = sum(sizes)
     flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
+    if sq_sums is None:
+        squares = tf.square(flat)
+    else:
+        squares = tf.concat([tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums], 0)
+        if squares.shape.num_elements() != total:
+            raise ValueError(f"`sq_sums` must have the gradients' shapes ({total} elements "
+                             f"in all); got {squares.shape.num_elements()}.")
     # One all-reduce call: the packed buffer [x, x**2] (float32 whatever the gradient dtype)
     # and, for sparse gradients, the strategy's own sparse SUM of their rows (as the base
     # optimizer would get it; scaled by the factor below).
-    packed = tf.concat([flat, tf.square(flat)], 0)
+    packed = tf.concat([flat, squares], 0)
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
     if sparse:
         reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)

@@ -1,0 +1,294 @@
+"""VRGD's GSNR step as a stateful building block: :class:`GSNRAggregator`.
+
+The VRGD optimizers of both families hold one and call it where their base optimizer would
+sum the replicas' gradients. It can equally serve a custom training loop, or the cross-replica
+aggregation of any optimizer that takes gradients already summed (Keras 3
+``apply_gradients`` under ``strategy.run`` after summing them yourself, a tf_keras optimizer
+with ``experimental_aggregate_gradients=False``, Model Garden's optimizer factory).
+
+The math is :func:`vrgd_tf.gsnr.variance_reduce` (paper arXiv 2309.13681, Algorithm 1 and
+eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step counter and its
+warnings.
+"""
+
+import logging
+import threading
+from typing import Callable, Dict, Optional, Sequence
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+from vrgd_tf import gsnr
+from vrgd_tf import naming
+from vrgd_tf import validation
+
+__all__ = ["GSNRAggregator"]
+
+_LOG = logging.getLogger("vrgd_tf")
+
+
+def _replica_local_variable(kind, index, shape, reference):
+    """A zero float32 ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` (standalone state)."""
+    del reference
+    return tf.Variable(tf.zeros(shape, tf.float32), trainable=False,
+                       synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                       name=f"vrgd_{kind}_{index}")
+
+
+class GSNRAggregator(tf.Module):
+    """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
+
+    Call it in the replica context (inside ``strategy.run``) where the replicas' gradients
+    would be summed. It makes one ``all_reduce(SUM)`` of the packed float32 buffer
+    ``[sum_j x_j, sum_j x_j**2]`` over the ``R`` replicas in sync, each holding
+    ``m = num_groups`` micro-batch gradients ``x_j``, so ``k = R * m`` GSNR samples; computes
+    per element the GSNR ``r = S1**2 / (k S2 - S1**2)`` (eq. 7), the factor
+    ``clip(r / mean(r), gamma, 1)`` per variable (eqs. 8, 9), its momentum if
+    ``beta_3 > 0`` (Section 4.2, *our reading*), and returns ``factor * S1`` (eq. 10): the
+    summed gradient that the base update rule then uses.
+
+    Example (custom loop; ``optimizer`` is any Keras 3 optimizer, handed summed gradients)::
+
+        with strategy.scope():
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+            aggregator.build(model.trainable_variables)
+            optimizer.build(model.trainable_variables)
+
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True)) / strategy.num_replicas_in_sync
+            grads = tape.gradient(loss, model.trainable_variables)
+            summed = aggregator(grads, model.trainable_variables)
+            # already summed across replicas: apply without a second all-reduce
+            for g, v in zip(summed, model.trainable_variables): ...
+
+    Args:
+      gamma: float in (0, 1], lower bound of the factor (eq. 9). Default 0.1.
+      beta_3: float in [0, 1), decay of the factor's momentum; 0 = the raw factor.
+        Default 0.
+      statistics_interval: int >= 0, in steps: diagnostics are recorded on steps that
+        bring the step count to a multiple of it (0 = never). Default 1.
+      owner: str, the name used in warnings (the optimizer's class). Default the name.
+      make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
+        (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
+        state is checkpointed as the optimizer's. Default: plain ``tf.Variable`` objects
+        tracked by this module, so ``tf.train.Checkpoint(aggregator=...)`` saves them.
+      var_key: ``fn(variable) -> hashable`` identifying a trainable variable. Default
+        ``id`` of the variable (of its distributed container under a strategy).
+      name: str, the module name. Default ``"gsnr_aggregator"``.
+
+    State (after :meth:`build`): per variable ``statistics`` (float32 ``[4]``), and if
+    ``beta_3 > 0`` ``deficit`` (float32, the variable's shape) and ``correction`` (float32
+    ``[]``); standalone also ``steps`` (int64 ``[]``, completed calls). All replica-local
+    (``ON_READ``, ``ONLY_FIRST_REPLICA``): every replica computes the same values.
+
+    Raises:
+      ValueError, TypeError: at construction, an argument outside its range (named).
+    """
+
+    def __init__(self, gamma=0.1, beta_3=0.0, statistics_interval=1, *, owner=None,
+                 make_variable: Optional[Callable] = None,
+                 var_key: Optional[Callable] = None, name="gsnr_aggregator"):
+        super().__init__(name=name)
+        self.gamma = gsnr.validate_gamma(gamma)
+        self.beta_3 = gsnr.validate_beta_3(beta_3)
+        self.statistics_interval = validation.check_count("statistics_interval",
+                                                          statistics_interval)
+        self._owner = owner or name
+        self._standalone = make_variable is None
+        self._make_variable = make_variable or _replica_local_variable
+        self._var_key = var_key or _default_var_key
+        self.state = None
+        self._steps = None
+        self._warned = set()
+        self._local = threading.local()  # per replica thread: k of the traced step
+        self._num_samples = "several"
+
+    # --- state -----------------------------------------------------------------------------
+
+    def build(self, variables: Sequence) -> None:
+        """Creates the state of ``variables`` not seen before (call in the strategy scope).
+
+        Also logs nothing; exclusion checks belong to the optimizer. Idempotent.
+        """
+        if self.state is None:
+            self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
+            if self._standalone:
+                self._steps = tf.Variable(
+                    tf.zeros([], tf.int64), trainable=False, name="vrgd_steps",
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.state.add_variables(variables)
+        if self._standalone:  # tracked by this module for checkpoints
+            self._tracked = list(self.state.statistics) + list(self.state.deficits) + list(
+                self.state.corrections)
+
+    @property
+    def built(self) -> bool:
+        return self.state is not None
+
+    # --- the step ----------------------------------------------------------------------------
+
+    def __call__(self, grads: Sequence, variables: Sequence, *, sq_sums=None,
+                 num_groups: int = 1, step=None, replica_context=None):
+        """The variance-reduced summed gradients (call in the replica context).
+
+        Args:
+          grads: list of ``n`` gradients of this replica (``tf.Tensor``,
+            ``tf.IndexedSlices`` or None): the sum over its ``num_groups`` micro-batches.
+            Any float dtype.
+          variables: the ``n`` trainable variables, in the same order (built or not).
+          sq_sums: None (``num_groups == 1``) or ``n`` dense tensors (None where ``grads``
+            is None): the sums over the micro-batches of the squared gradients.
+          num_groups: int >= 1, micro-batch groups per replica; ``k = replicas * num_groups``.
+          step: None, or a scalar int tensor: the steps completed before this one (e.g.
+            ``optimizer.iterations``), for ``statistics_interval``. None: this module's own
+            counter (standalone only), advanced on every call with finite gradients.
+          replica_context: default ``tf.distribute.get_replica_context()``.
+
+        Returns:
+          List of ``n``: None where the gradient is None, else the variance-reduced SUM
+          over all replicas (shape and dtype of the gradient; a sparse gradient gives the
+          strategy's own sparse SUM, row-scaled), see
+          :func:`vrgd_tf.gsnr.variance_reduce`.
+
+        Raises:
+          RuntimeError: in a cross-replica context, or on a first call inside a
+            ``tf.function`` under a multi-replica strategy before :meth:`build`.
+          ValueError: see :func:`vrgd_tf.gsnr.variance_reduce`.
+        """
+        ctx = replica_context or tf.distribute.get_replica_context()
+        if ctx is None:
+            raise RuntimeError(f"{self._owner}: the GSNR step must run in a replica context "
+                               "(inside `strategy.run` or `model.fit`).")
+        pairs = list(zip(grads, variables))
+        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
+        if self.state is None or any(self._var_key(pairs[i][1]) not in self.state._index
+                                     for i in present):
+            if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
+                raise RuntimeError(
+                    f"{self._owner}: build the GSNR state in the strategy scope before the "
+                    "first step: `aggregator.build(model.trainable_variables)`.")
+            with tf.init_scope():
+                self.build([pairs[i][1] for i in present])
+        self._num_samples = ctx.num_replicas_in_sync * num_groups
+        if step is None and self._steps is not None:
+            step = self._steps
+        reduced = gsnr.variance_reduce(
+            [pairs[i][0] for i in present], [pairs[i][1] for i in present],
+            gamma=self.gamma, beta_3=self.beta_3, state=self.state, replica_context=ctx,
+            warn_single_replica=self._warn_single_replica, warn_inert=self._warn_inert,
+            record_statistics=self._record_statistics(step),
+            sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
+            num_groups=num_groups)
+        if self._steps is not None:
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(
+                g.values if isinstance(g, tf.IndexedSlices) else g)) for g in reduced])
+            self._steps.assign_add(tf.cast(finite, tf.int64))
+        out = [None] * len(pairs)
+        for i, g in zip(present, reduced):
+            out[i] = g
+        return out
+
+    def _record_statistics(self, step):
+        """True, False, or a scalar bool tensor: whether this step records diagnostics."""
+        if self.statistics_interval <= 1 or step is None:
+            return self.statistics_interval >= 1
+        step = tf.cast(step, tf.int64) + 1
+        return tf.equal(step % self.statistics_interval, 0)
+
+    # --- warnings ----------------------------------------------------------------------------
+
+    def _warn_once(self, key, message, *args) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _LOG.warning(message, *args)
+
+    def _warn_single_replica(self) -> None:
+        self._warn_once(
+            "single", "%s: only one GSNR sample per step (one replica in sync, no "
+            "micro-batch groups), so there is no gradient noise estimate; VRGD steps exactly "
+            "as its base optimizer. Train with k >= 2 replicas or micro-batch groups (the "
+            "paper uses at least 8) to get variance reduction.", self._owner)
+
+    def _log_inert(self) -> None:
+        self._warn_once(
+            "inert", "%s: in a step with %s GSNR samples (replicas x micro-batch groups) no "
+            "variable had a defined GSNR: every replica sent the same (or an all-zero) "
+            "gradient, so VRGD stepped exactly as its base optimizer. This happens when "
+            "every replica gets the same batch, e.g. Keras `model.train_on_batch` under a "
+            "tf.distribute strategy, or a custom loop that hands the same tensor to every "
+            "replica. Feed each replica its own shard: `model.fit` on a dataset, or "
+            "`strategy.experimental_distribute_dataset` in a custom loop.",
+            self._owner, self._num_samples)
+
+    def _warn_inert(self, inert: tf.Tensor) -> None:
+        """Emits :meth:`_log_inert` from the step when ``inert`` (scalar bool) is True.
+
+        Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
+        predicate per step; the Python call happens only on an inert step). Inside an XLA
+        context (``jit_compile=True``, TPU) no host call is compiled in: the step stays
+        XLA-pure and :meth:`statistics` gives the warning when it reads the recorded
+        diagnostics of an inert step.
+        """
+        if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+            return
+
+        def log():
+            self._log_inert()
+            return True
+
+        tf.cond(inert, lambda: tf.py_function(log, [], tf.bool), lambda: tf.constant(False))
+
+    # --- diagnostics and config --------------------------------------------------------------
+
+    def statistics(self) -> Dict[str, Dict[str, float]]:
+        """The last recorded step's diagnostics per variable (first replica's copy).
+
+        Returns:
+          ``{variable name: {field: float}}`` with the fields of
+          :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`: ``mean_gsnr`` (mean GSNR over the
+          elements where it is defined), ``frac_at_gamma`` and ``frac_at_one`` (fractions of
+          elements whose raw factor is clipped at ``gamma`` / equal to 1), ``mean_factor``
+          (mean factor applied, after smoothing: the step's scale relative to the base
+          optimizer). Empty before :meth:`build`. Values of the last recording step (see
+          ``statistics_interval``) with finite gradients, zeros before that. Variable names
+          are the variables' paths without the leading scopes that all of them share
+          (:func:`vrgd_tf.naming.display_names`), so they stay the same when a model is
+          saved and loaded again.
+
+        Logs the inert-step warning if the recorded step had no defined GSNR in any
+        variable.
+        """
+        if self.state is None:
+            return {}
+        names = naming.display_names(self.state.variable_names)
+        out = {}
+        for name, var in zip(names, self.state.statistics):
+            out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
+        if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0
+                       for v in out.values()):
+            self._log_inert()
+        return out
+
+    def get_config(self) -> dict:
+        """``gamma``, ``beta_3``, ``statistics_interval`` and ``name``: the constructor's
+        serializable arguments (:meth:`from_config` inverts it)."""
+        return {"gamma": self.gamma, "beta_3": self.beta_3,
+                "statistics_interval": self.statistics_interval, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "GSNRAggregator":
+        return cls(**config)
+
+
+def _default_var_key(variable):
+    """``id`` of a variable, of its distributed container under a strategy."""
+    v = getattr(variable, "value", variable)  # keras.Variable -> tf.Variable
+    if callable(v) and not isinstance(v, tf.Variable):
+        v = variable
+    container = getattr(v, "_distributed_container", None)
+    if container is not None:
+        v = container()
+    return id(v)
