@@ -37,6 +37,9 @@ CASES = (
 )
 PARAMS = [dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
           for name, cls, kwargs in CASES for k in (1, 2)]
+# LossScaleOptimizer exposes the inner optimizer's slots as its own.
+PARAMS.append(dict(testcase_name="lamb_loss_scale_k2", cls=vtk.VRGDLamb,
+                   kwargs=dict(learning_rate=0.01, beta_3=0.9), k=2, loss_scale=True))
 
 _RNG = np.random.default_rng(3)
 X = _RNG.normal(size=(32, 3)).astype(np.float32)
@@ -49,12 +52,15 @@ def _strategy(k):
     return tf.distribute.get_strategy() if k == 1 else util.strategy_for(k)
 
 
-def _model(cls, kwargs):
+def _model(cls, kwargs, loss_scale=False):
     """A compiled two-layer tf_keras model (call in the strategy scope)."""
     tf_keras.utils.set_random_seed(7)
     model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
                                  tf_keras.layers.Dense(2)])
-    model.compile(optimizer=cls(**kwargs), loss="mse")
+    optimizer = cls(**kwargs)
+    if loss_scale:
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss="mse")
     return model
 
 
@@ -103,10 +109,10 @@ class _StateAssertions:
 
 class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(*PARAMS)
-    def test_savedmodel_load_and_resume(self, cls, kwargs, k):
+    def test_savedmodel_load_and_resume(self, cls, kwargs, k, loss_scale=False):
         strategy = _strategy(k)
         with strategy.scope():
-            model = _model(cls, kwargs)
+            model = _model(cls, kwargs, loss_scale)
         _fit(model, steps=2)
         path = os.path.join(tempfile.mkdtemp(), "saved_model")
         model.save(path, save_format="tf")
@@ -120,7 +126,8 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
         # Resume: load, restore the optimizer state, one more step on both runs.
         with strategy.scope():
             loaded = tf_keras.models.load_model(path)
-        self.assertIsInstance(loaded.optimizer, cls)
+        inner = getattr(loaded.optimizer, "inner_optimizer", loaded.optimizer)
+        self.assertIsInstance(inner, cls)
         status = loaded.load_weights(os.path.join(path, "variables", "variables"))
         status.assert_existing_objects_matched()  # iterations is restored when built
         _fit(model, steps=1)
@@ -130,8 +137,8 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
         self.assert_state_kind(loaded.optimizer, loaded, kwargs["beta_3"])
         self.assert_same_state(loaded.optimizer, loaded, model.optimizer, model)
-        stats = loaded.optimizer.vrgd_statistics()
-        want = model.optimizer.vrgd_statistics()
+        stats = inner.vrgd_statistics()
+        want = getattr(model.optimizer, "inner_optimizer", model.optimizer).vrgd_statistics()
         if k == 1:
             self.assertEqual(stats, want)
         else:
@@ -145,10 +152,9 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
             self.assertTrue(any(s["mean_gsnr"] > 0.0 for s in stats.values()), stats)
 
 
-class CheckpointKindTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
+class CheckpointKindTest(_StateAssertions, tf.test.TestCase):
 
-    @parameterized.named_parameters(("before_build", False), ("after_build", True))
-    def test_checkpoint_restore_keeps_kind(self, build_first):
+    def test_checkpoint_restore_before_and_after_build_keeps_kind(self):
         cls, kwargs = vtk.VRGDLamb, dict(learning_rate=0.01, beta_3=0.9)
         strategy = util.strategy_for(2)
         with strategy.scope():
@@ -156,16 +162,19 @@ class CheckpointKindTest(_StateAssertions, tf.test.TestCase, parameterized.TestC
         _fit(model, steps=2)
         path = tf.train.Checkpoint(model=model).save(os.path.join(tempfile.mkdtemp(), "ckpt"))
         with strategy.scope():
-            fresh = _model(cls, kwargs)
-            if build_first:
-                fresh.optimizer._create_all_weights(fresh.trainable_variables)
-        tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
-        self.assert_state_kind(fresh.optimizer, fresh, kwargs["beta_3"])
-        self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
-        _fit(model, steps=1)
-        _fit(fresh, steps=1)
-        for want, got in zip(model.get_weights(), fresh.get_weights()):
-            self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+            before = _model(cls, kwargs)  # slots made by the restore
+            after = _model(cls, kwargs)  # slots made by building, then restored
+            after.optimizer._create_all_weights(after.trainable_variables)
+        for fresh in (before, after):
+            tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+            self.assert_state_kind(fresh.optimizer, fresh, kwargs["beta_3"])
+            self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
+        for m in (model, before, after):
+            _fit(m, steps=1)
+        for fresh in (before, after):
+            for want, got in zip(model.get_weights(), fresh.get_weights()):
+                self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+            self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
 
 
 if __name__ == "__main__":

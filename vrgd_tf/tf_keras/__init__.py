@@ -140,19 +140,27 @@ def _var_key(variable):
     return _optimizer_v2._var_key(variable)
 
 
-@_registration.register_serializable(
-    package="vrgd_tf", name="TfKerasVRGDOptimizer",
-    predicate=lambda obj: isinstance(obj, _TfKerasVRGDMixin))
+def _has_vrgd_slots(obj):
+    """Whether ``obj`` is an ``OptimizerV2`` whose slots include VRGD state: a built VRGD
+    optimizer, or a wrapper that exposes its slots (tf_keras ``LossScaleOptimizer``)."""
+    return (isinstance(obj, _OptimizerV2)
+            and any(name.startswith(_SLOT_PREFIX) for name in obj.get_slot_names()))
+
+
+@_registration.register_serializable(package="vrgd_tf", name="TfKerasVRGDOptimizer",
+                                     predicate=_has_vrgd_slots)
 class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
     """What a SavedModel load revives a VRGD optimizer as: tf_keras's stand-in optimizer.
 
     tf_keras revives every saved ``OptimizerV2`` as ``RestoredOptimizer`` and makes its slots
     with ``add_slot`` (the variable's shape, ON_WRITE), so the VRGD state could not be
-    restored into it and loading failed. SavedModels of VRGD optimizers are saved with this
-    class's registered name, so the loader revives them as this ``RestoredOptimizer`` whose
-    ``add_slot`` makes the VRGD slots with their designed shape and kind. As for any
-    tf_keras optimizer, ``load_model`` then compiles a fresh optimizer; the stand-in stays
-    on the model with ``compile=False``.
+    restored into it and loading failed. An optimizer with VRGD slots is saved with this
+    class's registered name, so the loader revives it as this ``RestoredOptimizer`` whose
+    ``add_slot`` makes the VRGD slots with their designed shape and kind (loading such a
+    SavedModel in Python needs ``vrgd_tf.tf_keras`` imported). As for any tf_keras
+    optimizer, ``load_model`` then compiles a fresh optimizer; the stand-in stays on the model
+    with ``compile=False``, and ``model.load_weights(<dir>/variables/variables)`` restores
+    the saved state into the compiled one.
     """
 
     def _add_trackable_child(self, name, value):
