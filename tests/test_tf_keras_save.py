@@ -77,6 +77,7 @@ def _vrgd_slots(optimizer, model):
 
 
 class _StateAssertions:
+    """Assertions on the ``vrgd_`` slots of a tf_keras optimizer (mixed into TestCases)."""
 
     def assert_state_kind(self, optimizer, model, beta_3):
         """Every VRGD slot has its designed shape, dtype, synchronization and aggregation."""
@@ -108,6 +109,7 @@ class _StateAssertions:
 
 
 class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
+
     @parameterized.named_parameters(*PARAMS)
     def test_savedmodel_load_and_resume(self, cls, kwargs, k, loss_scale=False):
         strategy = _strategy(k)
