@@ -19,6 +19,11 @@ to trace for them) raise ``ValueError`` when their slots are created for such a 
 naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
 :func:`vrgd_tf.validation.check_variable_dtypes`.
 
+The VRGD state is registered as slots ``vrgd_<kind>`` of the model variables, so that
+checkpoints key it like the base optimizer's slots; :class:`_VRGDSlotsMixin` makes every
+slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
+designed shape and kind.
+
 Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
@@ -26,9 +31,11 @@ import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb as _mg_lamb
 from official.modeling.optimization import lars as _mg_lars
+from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common
+from vrgd_tf import gsnr
 from vrgd_tf import validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
@@ -50,27 +57,67 @@ _FIX = ("Keep the variables float32: tf_keras' 'mixed_bfloat16' and 'mixed_float
         "float32 variables.")
 
 
-class _TfKerasVRGDMixin(common.VRGDCommon):
-    """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
+_SLOT_PREFIX = "vrgd_"
 
-    def _create_slots(self, var_list):
-        base = self._vrgd_base_class
-        validation.check_variable_dtypes(
-            self, var_list, base_rule=base, fix=_FIX,
-            float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
-                               if issubclass(base, cls)), None))
-        super()._create_slots(var_list)
-        self._vrgd_add_variables(var_list, self._vrgd_make_variable, _var_key)
+
+def _state_shape(kind, variable):
+    """The designed shape of the VRGD state ``kind`` of ``variable`` (see gsnr.VRGDState).
+
+    Returns:
+      ``[NUM_STATISTICS]`` for ``"statistics"``, ``variable.shape`` for ``"deficit"``,
+      ``[]`` for ``"correction"``.
+
+    Raises:
+      ValueError: an unknown ``kind``.
+    """
+    if kind == "statistics":
+        return [gsnr.NUM_STATISTICS]
+    if kind == "deficit":
+        return variable.shape
+    if kind == "correction":
+        return []
+    raise ValueError(f"Unknown VRGD state slot {_SLOT_PREFIX}{kind!r}.")
+
+
+class _VRGDSlotsMixin:
+    """Creates the VRGD state slots of an ``OptimizerV2`` with their designed shape and kind.
+
+    The state (float32; ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the
+    variable's shape, ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
+    ``gsnr.VRGDState``). ``OptimizerV2.add_slot`` cannot make ON_READ variables and gives a
+    slot the variable's shape, yet it is what every restore path calls for a slot that does
+    not exist yet:
+
+    * ``_create_or_restore_slot_variable`` (``tf.train.Checkpoint`` / ``load_weights``
+      restoring before the optimizer is built) calls ``add_slot`` with the checkpoint's
+      value as initializer;
+    * the SavedModel loader calls ``add_slot(var, slot_name)`` on the revived optimizer.
+
+    So ``add_slot`` is overridden: a ``vrgd_`` slot comes from :meth:`_vrgd_make_variable`,
+    zero-initialised, whatever the initializer and shape asked for. The value is restored
+    afterwards by the caller (``_create_or_restore_slot_variable``'s caller restores into the
+    slot it returns; the SavedModel loader restores every object after creating them;
+    deferred restorations are applied by ``_restore_slot_variable``).
+    """
+
+    def add_slot(self, var, slot_name, initializer="zeros", shape=None):
+        if not slot_name.startswith(_SLOT_PREFIX):
+            return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
+        kind = slot_name[len(_SLOT_PREFIX):]
+        return self._vrgd_make_variable(kind, None, _state_shape(kind, var), var)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
-        """A replica-local slot ``vrgd_<kind>`` of ``reference``.
+        """A replica-local slot ``vrgd_<kind>`` of ``reference``; the existing one if any.
 
+        Float32, zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape``.
         Registered exactly as ``OptimizerV2.add_slot`` registers slots (``add_slot`` itself
         cannot make ON_READ variables), so checkpoints key the state to its model variable
         object, like the base optimizer's own slots, and restore it (deferred if need be)
-        whatever the variables' names or the order they first get gradients in.
+        whatever the variables' names or the order they first get gradients in. ``index``
+        (the position in ``VRGDState``) is unused.
         """
-        slot_name = f"vrgd_{kind}"
+        del index
+        slot_name = f"{_SLOT_PREFIX}{kind}"
         if slot_name not in self._slot_names:
             self._slot_names.append(slot_name)
         slot_dict = self._slots.setdefault(_var_key(reference), {})
@@ -89,6 +136,19 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
         self._weights.append(variable)
         return variable
 
+
+class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
+    """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
+
+    def _create_slots(self, var_list):
+        base = self._vrgd_base_class
+        validation.check_variable_dtypes(
+            self, var_list, base_rule=base, fix=_FIX,
+            float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
+                               if issubclass(base, cls)), None))
+        super()._create_slots(var_list)
+        self._vrgd_add_variables(var_list, self._vrgd_make_variable, _var_key)
+
     def _aggregate_gradients(self, grads_and_vars):
         grads_and_vars = list(grads_and_vars)
         # LossScaleOptimizer aggregates before the inner apply_gradients creates the slots.
@@ -103,6 +163,34 @@ class _TfKerasVRGDMixin(common.VRGDCommon):
 def _var_key(variable):
     """The key ``OptimizerV2`` uses for slots (distributed container aware)."""
     return _optimizer_v2._var_key(variable)
+
+
+def _has_vrgd_slots(obj):
+    """Whether ``obj`` is an ``OptimizerV2`` whose slots include VRGD state: a built VRGD
+    optimizer, or a wrapper that exposes its slots (tf_keras ``LossScaleOptimizer``)."""
+    return (isinstance(obj, _OptimizerV2)
+            and any(name.startswith(_SLOT_PREFIX) for name in obj.get_slot_names()))
+
+
+@_registration.register_serializable(package="vrgd_tf", name="TfKerasVRGDOptimizer",
+                                     predicate=_has_vrgd_slots)
+class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
+    """What a SavedModel load revives a VRGD optimizer as: tf_keras's stand-in optimizer.
+
+    tf_keras revives every saved ``OptimizerV2`` as ``RestoredOptimizer`` and makes its slots
+    with ``add_slot`` (the variable's shape, ON_WRITE), so the VRGD state could not be
+    restored into it and loading failed. An optimizer with VRGD slots is saved with this
+    class's registered name, so the loader revives it as this ``RestoredOptimizer`` whose
+    ``add_slot`` makes the VRGD slots with their designed shape and kind (loading such a
+    SavedModel in Python needs ``vrgd_tf.tf_keras`` imported). As for any tf_keras
+    optimizer, ``load_model`` then compiles a fresh optimizer; the stand-in stays on the model
+    with ``compile=False``, and ``model.load_weights(<dir>/variables/variables)`` restores
+    the saved state into the compiled one.
+    """
+
+    def _add_trackable_child(self, name, value):
+        # The setter tf_keras registers for revived optimizers (iterations, hyperparameters).
+        self._set_hyper(name, value)
 
 
 def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,

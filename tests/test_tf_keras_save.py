@@ -1,0 +1,183 @@
+"""tf_keras family: SavedModel save/load and the shape and kind of the VRGD state.
+
+The VRGD state of a trainable variable ``w`` is registered as optimizer slots
+``vrgd_statistics`` (float32 ``[NUM_STATISTICS]``), and with ``beta_3 > 0``
+``vrgd_deficit`` (float32, ``w.shape``) and ``vrgd_correction`` (float32 ``[]``), all
+``ON_READ`` / ``ONLY_FIRST_REPLICA``. These tests check that every way ``OptimizerV2`` creates
+or restores such a slot (SavedModel load, ``tf.train.Checkpoint`` restore before and after
+the optimizer is built) keeps that shape and kind, and that training resumes exactly.
+
+tf_keras's SavedModel keeps the optimizer state only in a stand-in (``load_model(...,
+compile=False).optimizer``); ``load_model`` compiles a fresh optimizer, so resuming training
+restores the state from the SavedModel's checkpoint with ``load_weights``, as for any
+tf_keras optimizer.
+"""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+import util
+from vrgd_tf import gsnr
+from vrgd_tf import tf_keras as vtk
+
+ON_READ = tf.VariableSynchronization.ON_READ
+ONLY_FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+# beta_3 = 0 (statistics only) for SGD; beta_3 > 0 (deficit and correction too) for the rest.
+CASES = (
+    ("sgd", vtk.VRGDSGD, dict(learning_rate=0.05, momentum=0.9, beta_3=0.0)),
+    ("adam", vtk.VRGDAdam, dict(learning_rate=0.01, beta_3=0.9)),
+    ("lars", vtk.VRGDLars, dict(learning_rate=0.5, momentum=0.9, beta_3=0.5)),
+    ("lamb", vtk.VRGDLamb, dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)),
+)
+PARAMS = [dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
+          for name, cls, kwargs in CASES for k in (1, 2)]
+# LossScaleOptimizer exposes the inner optimizer's slots as its own.
+PARAMS.append(dict(testcase_name="lamb_loss_scale_k2", cls=vtk.VRGDLamb,
+                   kwargs=dict(learning_rate=0.01, beta_3=0.9), k=2, loss_scale=True))
+
+_RNG = np.random.default_rng(3)
+X = _RNG.normal(size=(32, 3)).astype(np.float32)
+Y = _RNG.normal(size=(32, 2)).astype(np.float32)
+BATCH = 16
+
+
+def _strategy(k):
+    """k == 1: no strategy (the default one); else MirroredStrategy over k logical CPUs."""
+    return tf.distribute.get_strategy() if k == 1 else util.strategy_for(k)
+
+
+def _model(cls, kwargs, loss_scale=False):
+    """A compiled two-layer tf_keras model (call in the strategy scope)."""
+    tf_keras.utils.set_random_seed(7)
+    model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
+                                 tf_keras.layers.Dense(2)])
+    optimizer = cls(**kwargs)
+    if loss_scale:
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
+def _fit(model, steps):
+    model.fit(X[:steps * BATCH], Y[:steps * BATCH], batch_size=BATCH, epochs=1,
+              shuffle=False, verbose=0)
+
+
+def _vrgd_slots(optimizer, model):
+    """{(index in model.trainable_variables, slot name): slot variable}, ``vrgd_`` slots."""
+    return {(i, s): optimizer.get_slot(v, s)
+            for i, v in enumerate(model.trainable_variables) for s in optimizer.get_slot_names()
+            if s.startswith("vrgd_")}
+
+
+class _StateAssertions:
+    """Assertions on the ``vrgd_`` slots of a tf_keras optimizer (mixed into TestCases)."""
+
+    def assert_state_kind(self, optimizer, model, beta_3):
+        """Every VRGD slot has its designed shape, dtype, synchronization and aggregation."""
+        slots = _vrgd_slots(optimizer, model)
+        expected = {"vrgd_statistics": lambda v: [gsnr.NUM_STATISTICS]}
+        if beta_3 > 0.0:
+            expected.update(vrgd_deficit=lambda v: v.shape.as_list(),
+                            vrgd_correction=lambda v: [])
+        self.assertEqual(sorted({s for _, s in slots}), sorted(expected))
+        variables = model.trainable_variables
+        self.assertLen(slots, len(variables) * len(expected))
+        for (i, slot_name), slot in slots.items():
+            msg = f"{variables[i].name} {slot_name}"
+            self.assertEqual(slot.shape.as_list(), expected[slot_name](variables[i]), msg)
+            self.assertEqual(slot.dtype, tf.float32, msg)
+            self.assertEqual(slot.synchronization, ON_READ, msg)
+            self.assertEqual(slot.aggregation, ONLY_FIRST_REPLICA, msg)
+        return slots
+
+    def assert_same_state(self, optimizer, model, ref_optimizer, ref_model):
+        """The VRGD slots of both hold the same values, on every replica."""
+        ref = _vrgd_slots(ref_optimizer, ref_model)
+        got = _vrgd_slots(optimizer, model)
+        self.assertEqual(sorted(got), sorted(ref))
+        for key, slot in got.items():
+            want = ref[key].numpy()
+            for copy in util.replica_values(slot):
+                self.assertAllEqual(copy, want, msg=str(key))
+
+
+class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(*PARAMS)
+    def test_savedmodel_load_and_resume(self, cls, kwargs, k, loss_scale=False):
+        strategy = _strategy(k)
+        with strategy.scope():
+            model = _model(cls, kwargs, loss_scale)
+        _fit(model, steps=2)
+        path = os.path.join(tempfile.mkdtemp(), "saved_model")
+        model.save(path, save_format="tf")
+
+        # The SavedModel's own copy of the optimizer state (tf_keras's stand-in optimizer).
+        with strategy.scope():
+            raw = tf_keras.models.load_model(path, compile=False)
+        self.assert_state_kind(raw.optimizer, raw, kwargs["beta_3"])
+        self.assert_same_state(raw.optimizer, raw, model.optimizer, model)
+
+        # Resume: load, restore the optimizer state, one more step on both runs.
+        with strategy.scope():
+            loaded = tf_keras.models.load_model(path)
+        inner = getattr(loaded.optimizer, "inner_optimizer", loaded.optimizer)
+        self.assertIsInstance(inner, cls)
+        status = loaded.load_weights(os.path.join(path, "variables", "variables"))
+        status.assert_existing_objects_matched()  # iterations is restored when built
+        _fit(model, steps=1)
+        _fit(loaded, steps=1)
+        self.assertEqual(int(loaded.optimizer.iterations.numpy()), 3)
+        for want, got in zip(model.get_weights(), loaded.get_weights()):
+            self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+        self.assert_state_kind(loaded.optimizer, loaded, kwargs["beta_3"])
+        self.assert_same_state(loaded.optimizer, loaded, model.optimizer, model)
+        stats = inner.vrgd_statistics()
+        want = getattr(model.optimizer, "inner_optimizer", model.optimizer).vrgd_statistics()
+        if k == 1:
+            self.assertEqual(stats, want)
+        else:
+            # tf_keras names the variables of a model loaded under a strategy without their
+            # layer scope ("kernel:0"), so the two layers' entries share a name.
+            self.assertNotEmpty(stats)
+            for name, values in stats.items():
+                self.assertIn(values, [v for n, v in want.items()
+                                       if n.split("/")[-1] == name.split("/")[-1]], name)
+            # a noise estimate exists: the diagnostics were recorded
+            self.assertTrue(any(s["mean_gsnr"] > 0.0 for s in stats.values()), stats)
+
+
+class CheckpointKindTest(_StateAssertions, tf.test.TestCase):
+
+    def test_checkpoint_restore_before_and_after_build_keeps_kind(self):
+        cls, kwargs = vtk.VRGDLamb, dict(learning_rate=0.01, beta_3=0.9)
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            model = _model(cls, kwargs)
+        _fit(model, steps=2)
+        path = tf.train.Checkpoint(model=model).save(os.path.join(tempfile.mkdtemp(), "ckpt"))
+        with strategy.scope():
+            before = _model(cls, kwargs)  # slots made by the restore
+            after = _model(cls, kwargs)  # slots made by building, then restored
+            after.optimizer._create_all_weights(after.trainable_variables)
+        for fresh in (before, after):
+            tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+            self.assert_state_kind(fresh.optimizer, fresh, kwargs["beta_3"])
+            self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
+        for m in (model, before, after):
+            _fit(m, steps=1)
+        for fresh in (before, after):
+            for want, got in zip(model.get_weights(), fresh.get_weights()):
+                self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+            self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
+
+
+if __name__ == "__main__":
+    tf.test.main()
