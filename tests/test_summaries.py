@@ -98,5 +98,20 @@ class SummariesTest(tf.test.TestCase):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)
 
 
+class DisplayNamesTest(tf.test.TestCase):
+
+    def test_shared_leading_scopes_are_dropped_and_names_stay_distinct(self):
+        from vrgd_tf.naming import display_names
+        self.assertEqual(display_names(["net/d1/kernel", "net/d1/bias", "net/d2/kernel"]),
+                         ["d1/kernel", "d1/bias", "d2/kernel"])
+        self.assertEqual(display_names(["d1/kernel", "d1/bias", "d2/kernel"]),
+                         ["d1/kernel", "d1/bias", "d2/kernel"])
+        self.assertEqual(display_names(["net/d/kernel", "net/d/bias"]), ["kernel", "bias"])
+        # tf_keras SavedModel variables loaded under a strategy lose their layer scope
+        self.assertEqual(display_names(["kernel", "bias", "kernel", "bias"]),
+                         ["kernel", "bias", "kernel_1", "bias_1"])
+        self.assertEqual(display_names([]), [])
+
+
 if __name__ == "__main__":
     tf.test.main()

@@ -33,11 +33,15 @@ def display_names(names):
     (``sequential/dense1/kernel`` vs ``dense1/kernel``). Diagnostics named by this function
     stay the same across such a save and load, so TensorBoard curves continue on resume.
 
+    Names that would still be equal (e.g. tf_keras variables loaded without their layer
+    scope: ``kernel``, ``kernel``) get a suffix ``_1``, ``_2``... in order, so no two
+    variables ever share a diagnostic.
+
     Args:
       names: sequence of str, ``/``-separated.
 
     Returns:
-      list of str, in the same order.
+      list of distinct str, in the same order.
     """
     parts = [n.split("/") for n in names]
     if not parts:
@@ -47,4 +51,10 @@ def display_names(names):
     while (common < shortest - 1
            and all(p[common] == parts[0][common] for p in parts)):
         common += 1
-    return ["/".join(p[common:]) for p in parts]
+    out, seen = [], {}
+    for p in parts:
+        name = "/".join(p[common:])
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        out.append(name if count == 0 else f"{name}_{count}")
+    return out
