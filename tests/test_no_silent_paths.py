@@ -50,7 +50,7 @@ class IdenticalReplicasTest(tf.test.TestCase):
                 base.train_on_batch(x, y)
         self.assertLen(inert_warnings(logs), 1)
         self.assertIn("train_on_batch", inert_warnings(logs)[0].getMessage())
-        self.assertIn("2 replicas", inert_warnings(logs)[0].getMessage())
+        self.assertIn("2 GSNR samples", inert_warnings(logs)[0].getMessage())
         # Keras hands every replica the whole batch: VRGD is inert, bit for bit the base.
         self.assertAllEqual(vr.layers[0].kernel.numpy(), base.layers[0].kernel.numpy())
 

@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
            "make_vrgd_optimizer"]
 
+from vrgd_tf.aggregator import GSNRAggregator  # noqa: E402
 from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
 
-__all__ += ["GSNRTensorBoard"]
+__all__ += ["GSNRAggregator", "GSNRTensorBoard"]

@@ -48,20 +48,28 @@ class GSNRAggregator(tf.Module):
     ``beta_3 > 0`` (Section 4.2, *our reading*), and returns ``factor * S1`` (eq. 10): the
     summed gradient that the base update rule then uses.
 
-    Example (custom loop; ``optimizer`` is any Keras 3 optimizer, handed summed gradients)::
+    Example (custom loop with a tf_keras optimizer, which can skip its own all-reduce;
+    Keras 3 optimizers cannot, so there use ``vrgd_tf.make_vrgd_optimizer(cls)``, which
+    aggregates with this class)::
 
         with strategy.scope():
             aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
             aggregator.build(model.trainable_variables)
-            optimizer.build(model.trainable_variables)
+            optimizer = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
 
-        def replica_step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True)) / strategy.num_replicas_in_sync
-            grads = tape.gradient(loss, model.trainable_variables)
-            summed = aggregator(grads, model.trainable_variables)
-            # already summed across replicas: apply without a second all-reduce
-            for g, v in zip(summed, model.trainable_variables): ...
+        @tf.function
+        def train_step(x, y):  # x, y from strategy.experimental_distribute_dataset
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True)) / global_batch
+                grads = tape.gradient(loss, model.trainable_variables)
+                summed = aggregator(grads, model.trainable_variables)
+                optimizer.apply_gradients(zip(summed, model.trainable_variables),
+                                          experimental_aggregate_gradients=False)
+            strategy.run(replica_step, args=(x, y))
+
+    Or as the ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
+    :attr:`gradient_aggregator`).
 
     Args:
       gamma: float in (0, 1], lower bound of the factor (eq. 9). Default 0.1.
@@ -110,7 +118,7 @@ class GSNRAggregator(tf.Module):
     def build(self, variables: Sequence) -> None:
         """Creates the state of ``variables`` not seen before (call in the strategy scope).
 
-        Also logs nothing; exclusion checks belong to the optimizer. Idempotent.
+        Idempotent: variables that already have state are skipped.
         """
         if self.state is None:
             self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
@@ -164,8 +172,7 @@ class GSNRAggregator(tf.Module):
                                "(inside `strategy.run` or `model.fit`).")
         pairs = list(zip(grads, variables))
         present = [i for i, (g, _) in enumerate(pairs) if g is not None]
-        if self.state is None or any(self._var_key(pairs[i][1]) not in self.state._index
-                                     for i in present):
+        if self.state is None or any(pairs[i][1] not in self.state for i in present):
             if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
                 raise RuntimeError(
                     f"{self._owner}: build the GSNR state in the strategy scope before the "
@@ -190,6 +197,21 @@ class GSNRAggregator(tf.Module):
         for i, g in zip(present, reduced):
             out[i] = g
         return out
+
+    @property
+    def gradient_aggregator(self) -> Callable:
+        """This aggregator as a ``gradient_aggregator`` callable,
+        ``fn(grads_and_vars) -> grads_and_vars``: the hook of tf_keras optimizers
+        (``tf_keras.optimizers.legacy.*(gradient_aggregator=...)``) and of Model Garden's
+        ``OptimizerFactory.build_optimizer(gradient_aggregator=...)``, so any of their
+        optimizers aggregates with VRGD. Build the aggregator first (strategy scope)."""
+
+        def aggregate(grads_and_vars):
+            pairs = list(grads_and_vars)
+            return list(zip(self([g for g, _ in pairs], [v for _, v in pairs]),
+                            [v for _, v in pairs]))
+
+        return aggregate
 
     def _record_statistics(self, step):
         """True, False, or a scalar bool tensor: whether this step records diagnostics."""

@@ -9,14 +9,15 @@ diagnostics accessor.
 
 import inspect
 import logging
-from typing import Dict, List, Tuple
+import threading
+from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from vrgd_tf import gsnr
 from vrgd_tf import naming
 from vrgd_tf import validation
+from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
 
@@ -132,23 +133,44 @@ class VRGDCommon:
 
     def __init__(self, *args, gamma=0.1, beta_3=None, statistics_interval=1, **kwargs):
         base = self._vrgd_base_class
-        gamma = gsnr.validate_gamma(gamma)
-        statistics_interval = validation.check_count("statistics_interval",
-                                                     statistics_interval)
-        beta_3 = gsnr.validate_beta_3(self._vrgd_default_beta_3 if beta_3 is None else beta_3)
+        beta_3 = self._vrgd_default_beta_3 if beta_3 is None else beta_3
+        # Checks gamma, beta_3 and statistics_interval before anything else is built.
+        aggregator = GSNRAggregator(gamma, beta_3, statistics_interval,
+                                    owner=type(self).__name__,
+                                    make_variable=self._vrgd_make_variable,
+                                    var_key=self._vrgd_var_key)
         check_base_arguments(base, args, kwargs)
         params = list(inspect.signature(base.__init__).parameters)
         if "name" not in kwargs and ("name" not in params
                                      or len(args) < params.index("name") - 1):
             kwargs["name"] = type(self).__name__
         super().__init__(*args, **kwargs)
-        self.gamma = gamma
-        self.beta_3 = beta_3
-        self.statistics_interval = statistics_interval
-        self._vrgd_state = None
-        self._vrgd_warned_single_replica = False
-        self._vrgd_warned_inert = False
-        self._vrgd_num_replicas = "several"  # the last traced step's k, for messages
+        # Not a checkpoint dependency of the optimizer: its variables are the optimizer's
+        # own (each family's make_variable tracks them), keyed as before.
+        object.__setattr__(self, "_vrgd", aggregator)
+        object.__setattr__(self, "_vrgd_groups", threading.local())
+
+    @property
+    def gamma(self) -> float:
+        return self._vrgd.gamma
+
+    @property
+    def beta_3(self) -> float:
+        return self._vrgd.beta_3
+
+    @property
+    def statistics_interval(self) -> int:
+        return self._vrgd.statistics_interval
+
+    @property
+    def _vrgd_state(self):
+        """The aggregator's :class:`vrgd_tf.gsnr.VRGDState` (None before build)."""
+        return self._vrgd.state
+
+    @property
+    def vrgd_aggregator(self) -> GSNRAggregator:
+        """The :class:`vrgd_tf.GSNRAggregator` this optimizer aggregates its gradients with."""
+        return self._vrgd
 
     def get_config(self):
         config = super().get_config()
@@ -161,14 +183,13 @@ class VRGDCommon:
                        "statistics_interval": self.statistics_interval})
         return config
 
-    def _vrgd_add_variables(self, variables, make_variable, var_key) -> None:
-        """Creates the VRGD state of ``variables`` (on the first call also the
-        :class:`vrgd_tf.gsnr.VRGDState`, and logs exclusion patterns that match none of
-        them)."""
-        if self._vrgd_state is None:
-            self._vrgd_state = gsnr.VRGDState(make_variable, var_key, self.beta_3)
+    def _vrgd_add_variables(self, variables) -> None:
+        """Creates the VRGD state of ``variables`` (on the first call also logs exclusion
+        patterns that match none of them)."""
+        first = not self._vrgd.built
+        self._vrgd.build(variables)
+        if first:
             self._vrgd_log_unmatched_exclusions(variables)
-        self._vrgd_state.add_variables(variables)
 
     def _vrgd_log_unmatched_exclusions(self, variables) -> None:
         """Logs one line per exclusion pattern that matches no variable name.
@@ -190,100 +211,69 @@ class VRGDCommon:
                              "variables (e.g. %s).", type(self).__name__, arg, pattern,
                              len(names), ", ".join(repr(n) for n in names[:3]))
 
-    def _vrgd_warn_single_replica(self) -> None:
-        if not self._vrgd_warned_single_replica:
-            self._vrgd_warned_single_replica = True
-            _LOG.warning(
-                "%s: only one replica is in sync, so there is no gradient noise estimate; "
-                "VRGD steps exactly as its base optimizer. Train with k >= 2 replicas "
-                "(the paper uses at least 8) to get variance reduction.",
-                type(self).__name__)
-
-    def _vrgd_log_inert(self) -> None:
-        """Logs the inert-step warning, once per optimizer."""
-        if not self._vrgd_warned_inert:
-            self._vrgd_warned_inert = True
-            _LOG.warning(
-                "%s: in a step with %s replicas in sync no variable had a defined GSNR: "
-                "every replica sent the same (or an all-zero) gradient, so VRGD stepped "
-                "exactly as its base optimizer. This happens when every replica gets the "
-                "same batch, e.g. Keras `model.train_on_batch` under a tf.distribute "
-                "strategy, or a custom loop that hands the same tensor to every replica. "
-                "Feed each replica its own shard: `model.fit` on a dataset, or "
-                "`strategy.experimental_distribute_dataset` in a custom loop.",
-                type(self).__name__, self._vrgd_num_replicas)
-
-    def _vrgd_warn_inert(self, inert: tf.Tensor) -> None:
-        """Emits :meth:`_vrgd_log_inert` from the step when ``inert`` (scalar bool) is True.
-
-        Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
-        predicate per step; the Python call happens only on an inert step). Inside an XLA
-        context (``jit_compile=True``, TPU) no host call is compiled in: the step stays
-        XLA-pure and :meth:`vrgd_statistics` gives the warning when it reads the recorded
-        diagnostics of an inert step.
-        """
-        if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-            return
-
-        def log():
-            self._vrgd_log_inert()
-            return True
-
-        tf.cond(inert, lambda: tf.py_function(log, [], tf.bool), lambda: tf.constant(False))
-
     def _vrgd_reduce(self, grads_and_vars, replica_context) -> List[Tuple]:
-        """``(grad, var)`` pairs -> pairs of variance-reduced gradients; None stays None."""
+        """``(grad, var)`` pairs -> pairs of variance-reduced gradients; None stays None.
+
+        The micro-batch sums of squares and group count come from :meth:`apply_grouped`,
+        if that is the caller.
+        """
         pairs = list(grads_and_vars)
-        present = [(g, v) for g, v in pairs if g is not None]
-        self._vrgd_num_replicas = replica_context.num_replicas_in_sync
-        reduced = gsnr.variance_reduce(
-            [g for g, _ in present], [v for _, v in present], gamma=self.gamma,
-            beta_3=self.beta_3, state=self._vrgd_state, replica_context=replica_context,
-            warn_single_replica=self._vrgd_warn_single_replica,
-            warn_inert=self._vrgd_warn_inert,
-            record_statistics=self._vrgd_record_statistics())
+        groups = getattr(self._vrgd_groups, "value", None)
+        sq_sums, num_groups = None, 1
+        if groups is not None:
+            by_key, num_groups = groups
+            sq_sums = [None if g is None else by_key[self._vrgd_var_key(v)] for g, v in pairs]
+        reduced = self._vrgd([g for g, _ in pairs], [v for _, v in pairs], sq_sums=sq_sums,
+                             num_groups=num_groups, step=self.iterations,
+                             replica_context=replica_context)
         if self._vrgd_densify_sparse:
             reduced = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                        for g in reduced]
-        it = iter(reduced)
-        return [(next(it) if g is not None else None, v) for g, v in pairs]
+        return list(zip(reduced, [v for _, v in pairs]))
 
-    def _vrgd_record_statistics(self):
-        """True, False, or a scalar bool tensor: whether this step records diagnostics.
+    def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):
+        """``apply_gradients`` for gradients summed over ``num_groups`` micro-batches.
 
-        Called at the aggregation hook, where ``iterations`` still counts the completed
-        steps (both families increment it after the update).
+        Each replica computed the gradients of ``m = num_groups`` micro-batches at the same
+        weights; it passes their sum (as ``apply_gradients`` would get the whole batch's
+        gradient) and the sum of their element-wise squares. VRGD then has
+        ``k = replicas * m`` GSNR samples, with one all-reduce as usual. ``m = 1`` with the
+        squares of the gradients is exactly ``apply_gradients``. Call where
+        ``apply_gradients`` is called (the replica context).
+
+        Args:
+          grads_and_vars: list of ``(gradient, variable)``: each gradient is the sum over
+            the micro-batches (``tf.Tensor``, ``tf.IndexedSlices`` or None).
+          sq_sums: list, one per pair: the sum over the micro-batches of the squared dense
+            gradient (float tensor of the variable's shape; None where the gradient is).
+          num_groups: int >= 1.
+
+        Returns:
+          What ``apply_gradients`` returns.
+
+        Raises:
+          ValueError: ``sq_sums`` does not match ``grads_and_vars``, or ``num_groups`` < 1.
         """
-        if self.statistics_interval <= 1:
-            return self.statistics_interval == 1
-        step = tf.cast(self.iterations, tf.int64) + 1
-        return tf.equal(step % self.statistics_interval, 0)
+        pairs = list(grads_and_vars)
+        if len(sq_sums) != len(pairs):
+            raise ValueError(f"`sq_sums` must hold one entry per (gradient, variable) pair: "
+                             f"got {len(sq_sums)} for {len(pairs)}.")
+        validation.check_count("num_groups", num_groups)
+        if num_groups < 1:
+            raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups}.")
+        self._vrgd_groups.value = (
+            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)}, num_groups)
+        try:
+            return self.apply_gradients(pairs)
+        finally:
+            self._vrgd_groups.value = None
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
         """The last recorded step's GSNR diagnostics per variable (first replica's copy).
 
-        Returns:
-          ``{variable name: {field: float}}`` with the fields of
-          :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`: ``mean_gsnr`` (mean GSNR over the
-          elements where it is defined), ``frac_at_gamma`` and ``frac_at_one`` (fractions of
-          elements whose raw factor is clipped at ``gamma`` / equal to 1), ``mean_factor``
-          (mean factor applied, after smoothing: the step's scale relative to the base
-          optimizer). Empty before the optimizer is built. The values are those of the last
-          recording step (see ``statistics_interval``) with finite gradients (zeros before
-          that). Variable names are the variables' paths without the leading scopes that
-          all of them share (e.g. the model's name), so they stay the same when a model is
-          saved and loaded again.
-
-        Logs the inert-step warning (see the class docstring) if the recorded step had no
-        defined GSNR in any variable.
+        See :meth:`vrgd_tf.GSNRAggregator.statistics`: ``{variable name: {field: float}}``
+        with the fields ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one`` and
+        ``mean_factor``; empty before the optimizer is built. Logs the inert-step warning
+        if the recorded step had no defined GSNR in any variable.
         """
-        if self._vrgd_state is None:
-            return {}
-        names = naming.display_names(self._vrgd_state.variable_names)
-        out = {}
-        for name, var in zip(names, self._vrgd_state.statistics):
-            out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
-        if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0
-                       for v in out.values()):
-            self._vrgd_log_inert()
-        return out
+        return self._vrgd.statistics()

@@ -369,6 +369,10 @@ class VRGDState:
                 self.deficits.append(self._make_variable("deficit", i, var.shape, var))
                 self.corrections.append(self._make_variable("correction", i, [], var))
 
+    def __contains__(self, variable) -> bool:
+        """Whether ``variable`` has state here."""
+        return self._var_key(variable) in self._index
+
     def index(self, variable) -> int:
         """Position of ``variable`` in the lists of state; KeyError if unknown."""
         return self._index[self._var_key(variable)]

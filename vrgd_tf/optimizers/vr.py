@@ -83,7 +83,10 @@ class _KerasVRGDMixin(common.VRGDCommon):
         self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
         validation.check_variable_dtypes(self, variables, base_rule=self._vrgd_base_class)
         super().build(variables)
-        self._vrgd_add_variables(variables, self._vrgd_make_variable, self._var_key)
+        self._vrgd_add_variables(variables)
+
+    def _vrgd_var_key(self, variable):
+        return self._var_key(variable)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
         colocate = reference.value if isinstance(reference, backend.Variable) else reference

@@ -147,7 +147,10 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
             float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
                                if issubclass(base, cls)), None))
         super()._create_slots(var_list)
-        self._vrgd_add_variables(var_list, self._vrgd_make_variable, _var_key)
+        self._vrgd_add_variables(var_list)
+
+    def _vrgd_var_key(self, variable):
+        return _var_key(variable)
 
     def _aggregate_gradients(self, grads_and_vars):
         grads_and_vars = list(grads_and_vars)
