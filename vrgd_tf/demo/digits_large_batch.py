@@ -82,6 +82,7 @@ import tensorflow as tf
 import keras
 
 import vrgd_tf
+from vrgd_tf import naming
 
 __all__ = [
     "OPTIMIZERS",
@@ -410,12 +411,19 @@ def _weights_sha256(model: keras.Model) -> str:
     return digest.hexdigest()
 
 
+def _sizes_by_statistics_name(model: keras.Model) -> Dict[str, int]:
+    """``{name in vrgd_statistics(): number of elements}`` of the model's variables."""
+    variables = model.trainable_variables
+    names = naming.display_names([naming.variable_name(v) for v in variables])
+    return {n: int(np.prod(v.shape)) for n, v in zip(names, variables)}
+
+
 def _fraction_at_gamma(optimizer, model) -> Optional[float]:
     """Share of all trainable weights whose VRGD factor sat at gamma in the last step."""
     if not hasattr(optimizer, "vrgd_statistics"):
         return None
     stats = optimizer.vrgd_statistics()
-    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
+    sizes = _sizes_by_statistics_name(model)
     total = sum(sizes.get(n, 0) for n in stats)
     if not total:
         return None
@@ -533,7 +541,7 @@ def _summarize_statistics(stats, model) -> Optional[Dict[str, Any]]:
     """Per-variable statistics plus element-weighted means over all variables."""
     if stats is None:
         return None
-    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
+    sizes = _sizes_by_statistics_name(model)
     total = sum(sizes.get(n, 0) for n in stats) or 1
     weighted = {key: float(sum(s[key] * sizes.get(n, 0) for n, s in stats.items()) / total)
                 for key in ("frac_at_gamma", "frac_at_one")}
