@@ -7,12 +7,15 @@ computed inside the train step on the steps that bring ``iterations`` to a multi
 step, every ``update_freq`` steps; set ``update_freq`` to a multiple of the interval.
 """
 
+import contextlib
 import logging
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs"]
+__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "tf_keras_callback"]
+# Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
+# ``__all__`` for that reason).
 
 _FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one")
 _LOG = logging.getLogger("vrgd_tf")
@@ -64,7 +67,7 @@ def write_gsnr_summaries(optimizer, step, writer=None):
     logs = summary_logs(optimizer)
     if not logs:
         return logs
-    ctx = writer.as_default(step=step) if writer is not None else _NullContext()
+    ctx = writer.as_default(step=step) if writer is not None else contextlib.nullcontext()
     with ctx:
         for key, value in logs.items():
             tf.summary.scalar(key, value, step=step)
@@ -76,77 +79,94 @@ def write_gsnr_summaries(optimizer, step, writer=None):
     return logs
 
 
-class _NullContext:
-    def __enter__(self):
-        return self
+class _GSNRTensorBoardMixin:
+    """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
 
-    def __exit__(self, *exc):
-        return False
+    Args:
+      log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
+        callback: ``os.path.join(log_dir, "vrgd")``).
+      update_freq: int >= 1, in training batches.
+      log_to_history: bool; also add the mean-over-variables values to the epoch logs
+        (so they show in the progress bar and ``History``).
+
+    Raises:
+      ValueError: ``update_freq`` < 1.
+    """
+
+    def __init__(self, log_dir, update_freq=100, log_to_history=False):
+        super().__init__()
+        if int(update_freq) < 1:
+            raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
+        self.log_dir = log_dir
+        self.update_freq = int(update_freq)
+        self.log_to_history = log_to_history
+        self._writer = None
+        self._step = 0
+
+    def on_train_begin(self, logs=None):
+        self._writer = tf.summary.create_file_writer(self.log_dir)
+        interval = getattr(_inner(self.model.optimizer), "statistics_interval", 1)
+        if interval == 0 or self.update_freq % interval:
+            _LOG.warning(
+                "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
+                "written diagnostics are from an earlier step (or zeros). Use an "
+                "update_freq that is a multiple of the optimizer's statistics_interval.",
+                self.update_freq, interval)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self._step % self.update_freq == 0:
+            write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.log_to_history and logs is not None:
+            for key, value in summary_logs(self.model.optimizer).items():
+                if key.startswith("vrgd/mean/"):
+                    logs[key] = value
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.flush()
 
 
-def _make_callback(callback_base):
-    class GSNRTensorBoard(callback_base):
-        """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
-
-        Args:
-          log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
-            callback: ``os.path.join(log_dir, "vrgd")``).
-          update_freq: int >= 1, in training batches.
-          log_to_history: bool; also add the mean-over-variables values to the epoch logs
-            (so they show in the progress bar and ``History``).
-
-        Raises:
-          ValueError: ``update_freq`` < 1.
-        """
-
-        def __init__(self, log_dir, update_freq=100, log_to_history=False):
-            super().__init__()
-            if int(update_freq) < 1:
-                raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
-            self.log_dir = log_dir
-            self.update_freq = int(update_freq)
-            self.log_to_history = log_to_history
-            self._writer = None
-            self._step = 0
-
-        def on_train_begin(self, logs=None):
-            self._writer = tf.summary.create_file_writer(self.log_dir)
-            interval = getattr(_inner(self.model.optimizer), "statistics_interval", 1)
-            if interval == 0 or self.update_freq % interval:
-                _LOG.warning(
-                    "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
-                    "written diagnostics are from an earlier step (or zeros). Use an "
-                    "update_freq that is a multiple of the optimizer's statistics_interval.",
-                    self.update_freq, interval)
-
-        def on_train_batch_end(self, batch, logs=None):
-            self._step += 1
-            if self._step % self.update_freq == 0:
-                write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
-
-        def on_epoch_end(self, epoch, logs=None):
-            if self.log_to_history and logs is not None:
-                for key, value in summary_logs(self.model.optimizer).items():
-                    if key.startswith("vrgd/mean/"):
-                        logs[key] = value
-
-        def on_train_end(self, logs=None):
-            if self._writer is not None:
-                self._writer.flush()
-
-    return GSNRTensorBoard
+def _callback_class(name, callback_base, family):
+    return type(name, (_GSNRTensorBoardMixin, callback_base), {
+        "__module__": __name__, "__qualname__": name,
+        "__doc__": _GSNRTensorBoardMixin.__doc__.replace(
+            "to TensorBoard", f"to TensorBoard ({family} callback)", 1)})
 
 
 def _keras3_callback():
     import keras
-    return _make_callback(keras.callbacks.Callback)
+    return _callback_class("GSNRTensorBoard", keras.callbacks.Callback, "Keras 3")
 
 
 GSNRTensorBoard = _keras3_callback()
-GSNRTensorBoard.__module__ = __name__
+
+_TF_KERAS_CLASS = None
 
 
-def tf_keras_callback():
-    """The same callback for tf_keras (Keras 2) models. Returns the class."""
-    import tf_keras
-    return _make_callback(tf_keras.callbacks.Callback)
+def _tf_keras_class():
+    global _TF_KERAS_CLASS
+    if _TF_KERAS_CLASS is None:
+        import tf_keras
+        _TF_KERAS_CLASS = _callback_class("TfKerasGSNRTensorBoard",
+                                          tf_keras.callbacks.Callback, "tf_keras")
+    return _TF_KERAS_CLASS
+
+
+def __getattr__(name):
+    if name == "TfKerasGSNRTensorBoard":
+        return _tf_keras_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def tf_keras_callback(log_dir, update_freq=100, log_to_history=False):
+    """A :class:`GSNRTensorBoard` for tf_keras (Keras 2) models.
+
+    Same arguments as :class:`GSNRTensorBoard`; returns a ``TfKerasGSNRTensorBoard``
+    (a ``tf_keras.callbacks.Callback``). With ``TF_USE_LEGACY_KERAS=1``,
+    ``vrgd_tf.GSNRTensorBoard`` is that class.
+    """
+    return _tf_keras_class()(log_dir, update_freq=update_freq,
+                             log_to_history=log_to_history)
