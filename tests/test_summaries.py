@@ -219,5 +219,79 @@ class SummariesTest(tf.test.TestCase):
         self.assertIn("AFTER True", out)
 
 
+class _Wrapper:
+    """A stand-in wrapper optimizer (``inner_optimizer``), for nesting."""
+
+    def __init__(self, inner):
+        self.inner_optimizer = inner
+
+
+class VrgdStatisticsHelperTest(tf.test.TestCase):
+    """vrgd_tf.vrgd_statistics reaches the VRGD optimizer inside loss-scale wrappers."""
+
+    def _data(self):
+        # small values: no float16 overflow at the initial loss scale on either replica
+        # (Keras 3's LossScaleOptimizer checks finiteness per replica, before the all-reduce)
+        rng = np.random.RandomState(3)
+        x = (0.1 * rng.randn(16, 5)).astype(np.float32)
+        y = (0.1 * (x @ rng.randn(5, 2) + rng.randn(16, 2))).astype(np.float32)
+        return x, y
+
+    def _check(self, wrapper, inner):
+        self.assertEqual(int(inner.iterations.numpy()), 2)  # both steps applied
+        stats = vrgd_tf.vrgd_statistics(wrapper)
+        self.assertEqual(stats, inner.vrgd_statistics())
+        self.assertLen(stats, 2)  # kernel and bias
+        kernel = [v for name, v in stats.items() if name.endswith("kernel")][0]
+        self.assertGreater(kernel["mean_gsnr"], 0.0)
+        self.assertBetween(kernel["frac_at_one"], 0.0, 1.0)
+        self.assertIs(vrgd_tf.unwrap_optimizer(wrapper), inner)
+        self.assertEqual(vrgd_tf.vrgd_statistics(_Wrapper(_Wrapper(wrapper))), stats)
+        self.assertIs(vrgd_tf.unwrap_optimizer(_Wrapper(_Wrapper(wrapper))), inner)
+        self.assertEqual(summaries.summary_logs(wrapper)["vrgd/mean/mean_gsnr"],
+                         float(np.mean([v["mean_gsnr"] for v in stats.values()])))
+
+    def test_keras3_mixed_float16_loss_scale_optimizer(self):
+        x, y = self._data()
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            with util.strategy_for(2).scope():
+                model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+                model.compile(optimizer=vrgd_tf.VRGDAdam(learning_rate=0.01), loss="mse")
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        self.assertIsInstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        self.assertFalse(hasattr(model.optimizer, "vrgd_statistics"))
+        self._check(model.optimizer, model.optimizer.inner_optimizer)
+
+    def test_tf_keras_mixed_float16_loss_scale_optimizer(self):
+        import tf_keras
+        from vrgd_tf import tf_keras as vtk
+        x, y = self._data()
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            with util.strategy_for(2).scope():
+                model = tf_keras.Sequential([tf_keras.Input((5,)), tf_keras.layers.Dense(2)])
+                model.compile(optimizer=vtk.VRGDAdam(learning_rate=0.01), loss="mse")
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        finally:
+            tf_keras.mixed_precision.set_global_policy("float32")
+        self.assertIsInstance(model.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+        self.assertFalse(hasattr(model.optimizer, "vrgd_statistics"))
+        self._check(model.optimizer, model.optimizer.inner_optimizer)
+
+    def test_no_vrgd_optimizer_inside_raises_type_error(self):
+        with self.assertRaisesRegex(TypeError, "no VRGD optimizer inside .*SGD"):
+            vrgd_tf.vrgd_statistics(keras.optimizers.SGD())
+        wrapped = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+        with self.assertRaisesRegex(TypeError, "no VRGD optimizer inside .*LossScaleOptimizer"):
+            vrgd_tf.vrgd_statistics(wrapped)
+        with self.assertRaisesRegex(TypeError, "_Wrapper"):
+            vrgd_tf.vrgd_statistics(_Wrapper(wrapped))
+        self.assertIs(vrgd_tf.unwrap_optimizer(wrapped), wrapped)
+        self.assertEqual(summaries.summary_logs(wrapped), {})
+
+
 if __name__ == "__main__":
     tf.test.main()

@@ -13,7 +13,8 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "tf_keras_callback"]
+__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "unwrap_optimizer",
+           "vrgd_statistics", "tf_keras_callback"]
 # Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
 # ``__all__`` for that reason).
 
@@ -21,13 +22,68 @@ _FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one")
 _LOG = logging.getLogger("vrgd_tf")
 
 
-def _inner(optimizer):
-    """The VRGD optimizer inside a loss-scale wrapper, or the optimizer itself."""
-    for attr in ("inner_optimizer", "_optimizer"):
-        inner = getattr(optimizer, attr, None)
-        if inner is not None and hasattr(inner, "vrgd_statistics"):
-            return inner
+_WRAPPER_ATTRS = ("inner_optimizer", "_optimizer")
+_MAX_WRAPPER_DEPTH = 16
+
+
+def unwrap_optimizer(optimizer):
+    """The VRGD optimizer inside loss-scale wrappers, or ``optimizer`` itself if none.
+
+    Follows ``inner_optimizer`` (Keras 3 ``keras.optimizers.LossScaleOptimizer``, tf_keras
+    ``tf_keras.mixed_precision.LossScaleOptimizer``) and ``_optimizer`` through any number
+    of nested wrappers, and returns the first optimizer found that has
+    ``vrgd_statistics``. ``model.compile`` under a ``"mixed_float16"`` policy adds such a
+    wrapper around the optimizer it is given.
+
+    Args:
+      optimizer: any optimizer (either family), wrapped or not.
+
+    Returns:
+      The VRGD optimizer, or ``optimizer`` unchanged when there is none inside it.
+    """
+    current, seen = optimizer, set()
+    for _ in range(_MAX_WRAPPER_DEPTH):
+        if hasattr(current, "vrgd_statistics"):
+            return current
+        seen.add(id(current))
+        inner = None
+        for attr in _WRAPPER_ATTRS:
+            candidate = getattr(current, attr, None)
+            if candidate is not None and id(candidate) not in seen:
+                inner = candidate
+                break
+        if inner is None:
+            break
+        current = inner
     return optimizer
+
+
+_inner = unwrap_optimizer  # the name summary_logs uses
+
+
+def vrgd_statistics(optimizer):
+    """``vrgd_statistics()`` of the VRGD optimizer inside ``optimizer``'s wrappers.
+
+    Use this instead of ``model.optimizer.vrgd_statistics()`` when ``model.optimizer`` may
+    be a loss-scale wrapper (mixed precision).
+
+    Args:
+      optimizer: a vrgd_tf optimizer (either family), possibly inside (nested)
+        loss-scale wrappers.
+
+    Returns:
+      ``{variable name: {"mean_gsnr": float, "frac_at_gamma": float,
+      "frac_at_one": float}}``; see the optimizers' ``vrgd_statistics``.
+
+    Raises:
+      TypeError: there is no VRGD optimizer inside ``optimizer``.
+    """
+    inner = unwrap_optimizer(optimizer)
+    if not hasattr(inner, "vrgd_statistics"):
+        raise TypeError(
+            "vrgd_statistics: no VRGD optimizer inside "
+            f"{type(optimizer).__module__}.{type(optimizer).__qualname__}.")
+    return inner.vrgd_statistics()
 
 
 def summary_logs(optimizer):
@@ -105,7 +161,7 @@ class _GSNRTensorBoardMixin:
 
     def on_train_begin(self, logs=None):
         self._writer = tf.summary.create_file_writer(self.log_dir)
-        interval = getattr(_inner(self.model.optimizer), "statistics_interval", 1)
+        interval = getattr(unwrap_optimizer(self.model.optimizer), "statistics_interval", 1)
         if interval == 0 or self.update_freq % interval:
             _LOG.warning(
                 "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
