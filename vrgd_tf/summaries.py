@@ -30,8 +30,8 @@ def unwrap_optimizer(optimizer):
     """The VRGD optimizer inside loss-scale wrappers, or ``optimizer`` itself if none.
 
     Follows ``inner_optimizer`` (Keras 3 ``keras.optimizers.LossScaleOptimizer``, tf_keras
-    ``tf_keras.mixed_precision.LossScaleOptimizer``) and ``_optimizer`` through any number
-    of nested wrappers, and returns the first optimizer found that has
+    ``tf_keras.mixed_precision.LossScaleOptimizer``) and ``_optimizer`` through nested
+    wrappers (at most 16 deep), and returns the first optimizer found that has
     ``vrgd_statistics``. ``model.compile`` under a ``"mixed_float16"`` policy adds such a
     wrapper around the optimizer it is given.
 
