@@ -7,7 +7,7 @@ Ratio (GSNR)", arXiv 2309.13681) scales each gradient element by how consistent 
 data-parallel replicas: elements whose GSNR ``mean**2 / variance`` (over the replicas' shard
 gradients) is low get their step shrunk, down to ``gamma`` times. The paper reports that at very
 large batches this closes much of the generalization gap of LAMB and LARS (spec
-``shared/design/VRGD.md``, section 5).
+``docs/spec.md``, section 5).
 
 This demo reproduces that comparison in miniature, on real data, in a few minutes on a CPU:
 
