@@ -82,6 +82,7 @@ import tensorflow as tf
 import keras
 
 import vrgd_tf
+from vrgd_tf import devices
 from vrgd_tf import naming
 
 __all__ = [
@@ -311,33 +312,8 @@ class DemoResults:
 
 
 def configure_logical_cpus(num_replicas: int) -> List[str]:
-    """Makes (if it still can) and returns ``num_replicas`` logical CPU device names.
-
-    Call it before TensorFlow initialises its runtime (before the first op, strategy or
-    ``list_logical_devices``). If the runtime is already initialised (e.g. by a test's
-    ``conftest.py``), the existing logical devices are reused.
-
-    Raises:
-      ValueError: fewer than ``num_replicas`` logical CPUs exist and they can no longer be
-        changed.
-    """
-    cpus = tf.config.list_physical_devices("CPU")
-    if not cpus:  # pragma: no cover - TensorFlow always has a CPU
-        raise ValueError("TensorFlow sees no CPU device.")
-    try:
-        current = tf.config.get_logical_device_configuration(cpus[0]) or []
-        if len(current) < num_replicas:
-            tf.config.set_logical_device_configuration(
-                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError:
-        pass  # Already initialised: keep what is there.
-    logical = tf.config.list_logical_devices("CPU")
-    if len(logical) < num_replicas:
-        raise ValueError(
-            f"--replicas={num_replicas} needs {num_replicas} logical CPU devices, but "
-            f"TensorFlow was already initialised with {len(logical)}. Configure the devices "
-            "before anything else touches TensorFlow, or use fewer replicas.")
-    return [d.name for d in logical[:num_replicas]]
+    """``num_replicas`` logical CPU device names (:func:`vrgd_tf.devices.split_cpu`)."""
+    return devices.split_cpu(num_replicas, argument="--replicas")
 
 
 def load_data(test_size: int = 500, split_seed: int = 0) -> DigitsData:
