@@ -65,8 +65,46 @@ VRGD_ARGS_DOC = """
 """
 
 
+def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
+    """Class decorator that completes a VRGD class written as ``class VRGDX(Mixin, Base)``.
+
+    Sets ``_vrgd_base_class`` (the last base), ``_vrgd_default_beta_3``, a constructor
+    ``__signature__`` (the base's arguments plus ``gamma``, ``beta_3``,
+    ``statistics_interval``), appends :data:`VRGD_ARGS_DOC` to the docstring (a default head
+    if there is none) and registers the class for serialization.
+
+    Args:
+      default_beta_3: float in [0, 1), the default of ``beta_3``.
+      register: callable ``(name) -> decorator`` registering the class as serializable, or
+        None.
+      module: the public module to report as ``__module__`` (where users import the class
+        from), or None to keep the defining module.
+
+    Returns:
+      The decorator.
+
+    Raises:
+      ValueError, TypeError: ``default_beta_3`` outside [0, 1).
+    """
+    default_beta_3 = gsnr.validate_beta_3(default_beta_3)
+
+    def decorate(cls):
+        base_class = cls.__bases__[-1]
+        head = cls.__dict__.get("__doc__") or (
+            f"VRGD version of `{base_class.__module__}.{base_class.__name__}`.\n")
+        cls._vrgd_base_class = base_class
+        cls._vrgd_default_beta_3 = default_beta_3
+        cls.__signature__ = vrgd_signature(base_class, default_beta_3, cls.__name__)
+        cls.__doc__ = head + "\n" + VRGD_ARGS_DOC.format(beta_3=default_beta_3)
+        if module is not None:
+            cls.__module__ = module
+        return register(cls.__name__)(cls) if register is not None else cls
+
+    return decorate
+
+
 def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, register):
-    """Creates ``class name(mixin, base_class)``; used by both families' factories.
+    """Creates ``class name(mixin, base_class)`` at run time; the families' factories.
 
     Args:
       mixin: the family's subclass of :class:`VRGDCommon`.
@@ -78,22 +116,14 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
       register: callable ``(name) -> decorator`` registering it as serializable, or None.
 
     Returns:
-      The class.
+      The class, completed by :func:`vrgd_class`.
 
     Raises:
       ValueError, TypeError: ``default_beta_3`` outside [0, 1).
     """
-    default_beta_3 = gsnr.validate_beta_3(default_beta_3)
     cls_name = name or "VRGD" + base_class.__name__
-    head = doc or f"VRGD version of `{base_class.__module__}.{base_class.__name__}`."
-    cls = type(cls_name, (mixin, base_class), {
-        "_vrgd_base_class": base_class,
-        "_vrgd_default_beta_3": default_beta_3,
-        "__signature__": vrgd_signature(base_class, default_beta_3, cls_name),
-        "__doc__": head + "\n" + VRGD_ARGS_DOC.format(beta_3=default_beta_3),
-        "__module__": module,
-    })
-    return register(cls_name)(cls) if register is not None else cls
+    cls = type(cls_name, (mixin, base_class), {"__doc__": doc, "__module__": module})
+    return vrgd_class(default_beta_3=default_beta_3, register=register)(cls)
 
 
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:

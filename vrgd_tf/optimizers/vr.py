@@ -17,8 +17,10 @@ from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
 from vrgd_tf import common
 from vrgd_tf import validation
+from vrgd_tf.optimizers.lamb import Lamb
+from vrgd_tf.optimizers.lars import Lars
 
-__all__ = ["make_vrgd_optimizer"]
+__all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
 _HOOK = "_all_reduce_sum_gradients"
 if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras upgrade guard
@@ -199,6 +201,47 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     return common.make_vrgd_class(
         _KerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
         module="vrgd_tf.optimizers" if register else base_class.__module__,
-        register=(lambda n: keras.saving.register_keras_serializable(package="vrgd_tf",
-                                                                    name=n))
-        if register else None)
+        register=_register if register else None)
+
+
+def _register(name):
+    return keras.saving.register_keras_serializable(package="vrgd_tf", name=name)
+
+
+@common.vrgd_class(register=_register, module="vrgd_tf.optimizers")
+class VRGDSGD(_KerasVRGDMixin, keras.optimizers.SGD):
+    """VR-SGD and VR-Momentum (Algorithm 1, eq. 10): `keras.optimizers.SGD`
+    (`learning_rate`, `momentum`, `nesterov`, ...) fed the variance-reduced gradient.
+    Variables of any float dtype (a `momentum` in [0, 1) that rounds to 1.0 in a
+    bfloat16/float16 variable's dtype raises ValueError at build).
+    """
+
+
+@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+class VRGDAdam(_KerasVRGDMixin, keras.optimizers.Adam):
+    """VR-Adam (Section 4.2): `keras.optimizers.Adam` (`learning_rate`, `beta_1`, `beta_2`,
+    `epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.
+    float32/float64 variables: for bfloat16 or float16 ones, `build` raises ValueError
+    (Keras' Adam computes in the variable's dtype).
+    """
+
+
+@common.vrgd_class(register=_register, module="vrgd_tf.optimizers")
+class VRGDLars(_KerasVRGDMixin, Lars):
+    """VR-LARS: `vrgd_tf.optimizers.Lars` (Model Garden's LARS: `learning_rate`, `momentum`,
+    `weight_decay_rate`, `eeta`, `nesterov`, `classic_momentum`,
+    `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed the variance-reduced
+    gradient, which therefore enters the momentum, the weight-decay term and the trust
+    ratio. Any float variable dtype (computed in float32). `weight_decay` is refused: use
+    `weight_decay_rate`.
+    """
+
+
+@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+class VRGDLamb(_KerasVRGDMixin, Lamb):
+    """VR-LAMB: `vrgd_tf.optimizers.Lamb` (You et al. 2020 Algorithm 2 as in Model Garden:
+    `learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,
+    `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied
+    before the moment estimates. Any float variable dtype (computed in float32).
+    `weight_decay` is refused: use `weight_decay_rate`.
+    """

@@ -1,0 +1,266 @@
+"""VRGD optimizers for tf_keras (Keras 2), the Keras that TF Model Garden uses.
+
+Model Garden builds legacy optimizers (``tf_keras.optimizers.legacy``, i.e. ``OptimizerV2``)
+by default, so this family is built on them: ``VRGDSGD`` from ``legacy.SGD``, ``VRGDAdam``
+from ``legacy.Adam``, and ``VRGDLars``/``VRGDLamb`` from Model Garden's own
+``official.modeling.optimization.lars.LARS`` and ``lamb.LAMB``. The GSNR step
+(:func:`vrgd_tf.gsnr.variance_reduce`) replaces ``OptimizerV2._aggregate_gradients``, the
+override point that ``OptimizerV2`` documents for subclasses; the base update rules are
+untouched.
+
+Works inside ``tf_keras.mixed_precision.LossScaleOptimizer``: that wrapper calls
+``_aggregate_gradients`` on the unscaled gradients, and on a step with a non-finite
+gradient it skips the update while the VRGD state stays as it was.
+
+Low-precision variables: ``VRGDSGD`` trains bfloat16 and float16 variables (its rule
+has no coefficient that breaks in them). ``VRGDAdam`` and ``VRGDLamb`` (default ``beta_2``;
+Adam and LAMB compute in the variable's dtype) and ``VRGDLars`` (Model Garden's LARS fails
+to trace for them) raise ``ValueError`` when their slots are created for such a variable,
+naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
+:func:`vrgd_tf.validation.check_variable_dtypes`.
+
+The VRGD state is registered as slots ``vrgd_<kind>`` of the model variables, so that
+checkpoints key it like the base optimizer's slots; :class:`_VRGDSlotsMixin` makes every
+slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
+designed shape and kind.
+
+Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
+"""
+
+import tensorflow as tf
+import tf_keras
+from official.modeling.optimization import lamb as _mg_lamb
+from official.modeling.optimization import lars as _mg_lars
+from tensorflow.python.saved_model import registration as _registration
+from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
+
+from vrgd_tf import common
+from vrgd_tf import gsnr
+from vrgd_tf import validation
+
+__all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
+
+_OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
+
+# Base update rules that cannot run on bfloat16/float16 variables at all, and why (a clause
+# after "its update rule (...)"); see validation.check_variable_dtypes.
+_FLOAT32_ONLY = {
+    _mg_lars.LARS: (
+        "multiplies its momentum slot by the Python float `momentum` with tf.multiply, "
+        "which raises a TypeError inside a tf.function (model.fit, Model Garden's trainer) "
+        "for a variable that is not float32 (e.g. \"Input 'y' of 'Mul' Op has type bfloat16 "
+        "that does not match type float32\")"),
+}
+_FIX = ("Keep the variables float32: tf_keras' 'mixed_bfloat16' and 'mixed_float16' dtype "
+        "policies (tf_keras.mixed_precision.set_global_policy; Model Garden's "
+        "`runtime.mixed_precision_dtype`) compute the layers in low precision but keep "
+        "float32 variables.")
+
+
+_SLOT_PREFIX = "vrgd_"
+
+
+def _state_shape(kind, variable):
+    """The designed shape of the VRGD state ``kind`` of ``variable`` (see gsnr.VRGDState).
+
+    Returns:
+      ``[NUM_STATISTICS]`` for ``"statistics"``, ``variable.shape`` for ``"deficit"``,
+      ``[]`` for ``"correction"``.
+
+    Raises:
+      ValueError: an unknown ``kind``.
+    """
+    if kind == "statistics":
+        return [gsnr.NUM_STATISTICS]
+    if kind == "deficit":
+        return variable.shape
+    if kind == "correction":
+        return []
+    raise ValueError(f"Unknown VRGD state slot {_SLOT_PREFIX}{kind!r}.")
+
+
+class _VRGDSlotsMixin:
+    """Creates the VRGD state slots of an ``OptimizerV2`` with their designed shape and kind.
+
+    The state (float32; ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the
+    variable's shape, ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
+    ``gsnr.VRGDState``). ``OptimizerV2.add_slot`` cannot make ON_READ variables and gives a
+    slot the variable's shape, yet it is what every restore path calls for a slot that does
+    not exist yet:
+
+    * ``_create_or_restore_slot_variable`` (``tf.train.Checkpoint`` / ``load_weights``
+      restoring before the optimizer is built) calls ``add_slot`` with the checkpoint's
+      value as initializer;
+    * the SavedModel loader calls ``add_slot(var, slot_name)`` on the revived optimizer.
+
+    So ``add_slot`` is overridden: a ``vrgd_`` slot comes from :meth:`_vrgd_make_variable`,
+    zero-initialised, whatever the initializer and shape asked for. The value is restored
+    afterwards by the caller (``_create_or_restore_slot_variable``'s caller restores into the
+    slot it returns; the SavedModel loader restores every object after creating them;
+    deferred restorations are applied by ``_restore_slot_variable``).
+    """
+
+    def add_slot(self, var, slot_name, initializer="zeros", shape=None):
+        if not slot_name.startswith(_SLOT_PREFIX):
+            return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
+        kind = slot_name[len(_SLOT_PREFIX):]
+        return self._vrgd_make_variable(kind, None, _state_shape(kind, var), var)
+
+    def _vrgd_make_variable(self, kind, index, shape, reference):
+        """A replica-local slot ``vrgd_<kind>`` of ``reference``; the existing one if any.
+
+        Float32, zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape``.
+        Registered exactly as ``OptimizerV2.add_slot`` registers slots (``add_slot`` itself
+        cannot make ON_READ variables), so checkpoints key the state to its model variable
+        object, like the base optimizer's own slots, and restore it (deferred if need be)
+        whatever the variables' names or the order they first get gradients in. ``index``
+        (the position in ``VRGDState``) is unused.
+        """
+        del index
+        slot_name = f"{_SLOT_PREFIX}{kind}"
+        if slot_name not in self._slot_names:
+            self._slot_names.append(slot_name)
+        slot_dict = self._slots.setdefault(_var_key(reference), {})
+        if slot_name in slot_dict:
+            return slot_dict[slot_name]
+        with self._distribution_strategy_scope():
+            strategy = tf.distribute.get_strategy()
+            with strategy.extended.colocate_vars_with(reference):
+                variable = tf.Variable(
+                    tf.zeros(shape, tf.float32), name=f"{reference._shared_name}/{slot_name}",
+                    trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        slot_dict[slot_name] = variable
+        self._restore_slot_variable(slot_name=slot_name, variable=reference,
+                                    slot_variable=variable)
+        self._weights.append(variable)
+        return variable
+
+
+class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
+    """Overrides of an ``OptimizerV2`` that insert the GSNR step. Use make_vrgd_optimizer."""
+
+    def _create_slots(self, var_list):
+        base = self._vrgd_base_class
+        validation.check_variable_dtypes(
+            self, var_list, base_rule=base, fix=_FIX,
+            float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
+                               if issubclass(base, cls)), None))
+        super()._create_slots(var_list)
+        self._vrgd_add_variables(var_list)
+
+    def _vrgd_var_key(self, variable):
+        return _var_key(variable)
+
+    def _aggregate_gradients(self, grads_and_vars):
+        grads_and_vars = list(grads_and_vars)
+        # LossScaleOptimizer aggregates before the inner apply_gradients creates the slots.
+        with tf.init_scope():
+            self._create_all_weights([v for g, v in grads_and_vars if g is not None])
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
+            return super()._aggregate_gradients(grads_and_vars)
+        return self._vrgd_reduce(grads_and_vars, ctx)
+
+
+def _var_key(variable):
+    """The key ``OptimizerV2`` uses for slots (distributed container aware)."""
+    return _optimizer_v2._var_key(variable)
+
+
+def _has_vrgd_slots(obj):
+    """Whether ``obj`` is an ``OptimizerV2`` whose slots include VRGD state: a built VRGD
+    optimizer, or a wrapper that exposes its slots (tf_keras ``LossScaleOptimizer``)."""
+    return (isinstance(obj, _OptimizerV2)
+            and any(name.startswith(_SLOT_PREFIX) for name in obj.get_slot_names()))
+
+
+@_registration.register_serializable(package="vrgd_tf", name="TfKerasVRGDOptimizer",
+                                     predicate=_has_vrgd_slots)
+class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
+    """What a SavedModel load revives a VRGD optimizer as: tf_keras's stand-in optimizer.
+
+    tf_keras revives every saved ``OptimizerV2`` as ``RestoredOptimizer`` and makes its slots
+    with ``add_slot`` (the variable's shape, ON_WRITE), so the VRGD state could not be
+    restored into it and loading failed. An optimizer with VRGD slots is saved with this
+    class's registered name, so the loader revives it as this ``RestoredOptimizer`` whose
+    ``add_slot`` makes the VRGD slots with their designed shape and kind (loading such a
+    SavedModel in Python needs ``vrgd_tf.tf_keras`` imported). As for any tf_keras
+    optimizer, ``load_model`` then compiles a fresh optimizer; the stand-in stays on the model
+    with ``compile=False``, and ``model.load_weights(<dir>/variables/variables)`` restores
+    the saved state into the compiled one.
+    """
+
+    def _add_trackable_child(self, name, value):
+        # The setter tf_keras registers for revived optimizers (iterations, hyperparameters).
+        self._set_hyper(name, value)
+
+
+def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,
+                        doc=None):
+    """Returns the VRGD version of a tf_keras legacy optimizer (``OptimizerV2``) class.
+
+    Args:
+      base_class: a subclass of ``tf_keras.optimizers.legacy.Optimizer``, e.g.
+        ``tf_keras.optimizers.legacy.RMSprop`` or Model Garden's ``lamb.LAMB``.
+      name: the new class's name; default ``"VRGD" + base_class.__name__``.
+      default_beta_3: float in [0, 1), default of ``beta_3``.
+      register: register with ``tf_keras.saving.register_keras_serializable`` under
+        package ``"vrgd_tf"``.
+      doc: the class docstring.
+
+    Returns:
+      The new class: the base class's arguments plus ``gamma`` (0, 1] and ``beta_3``
+      [0, 1); its constructor raises ``ValueError``/``TypeError`` for values outside them.
+      Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
+      base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+
+    Raises:
+      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
+    """
+    if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
+        raise TypeError("`base_class` must be a tf_keras.optimizers.legacy.Optimizer "
+                        f"subclass; got {base_class!r}.")
+    return common.make_vrgd_class(
+        _TfKerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
+        module="vrgd_tf.tf_keras" if register else base_class.__module__,
+        register=_register if register else None)
+
+
+def _register(name):
+    return tf_keras.saving.register_keras_serializable(package="vrgd_tf", name=name)
+
+
+@common.vrgd_class(register=_register, module="vrgd_tf.tf_keras")
+class VRGDSGD(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.SGD):
+    """VR-SGD / VR-Momentum for tf_keras: `tf_keras.optimizers.legacy.SGD` (`learning_rate`,
+    `momentum`, `nesterov`) fed the variance-reduced gradient.
+    """
+
+
+@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+class VRGDAdam(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.Adam):
+    """VR-Adam for tf_keras: `tf_keras.optimizers.legacy.Adam` with the factor applied
+    before the moment estimates (paper Section 4.2).
+    """
+
+
+@common.vrgd_class(register=_register, module="vrgd_tf.tf_keras")
+class VRGDLars(_TfKerasVRGDMixin, _mg_lars.LARS):
+    """VR-LARS for tf_keras: Model Garden's `official.modeling.optimization.lars.LARS`
+    (`learning_rate`, `momentum`, `weight_decay_rate`, `eeta`, `nesterov`,
+    `classic_momentum`, `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) fed
+    the variance-reduced gradient. Sparse gradients reach it dense (Model Garden's LARS has
+    no sparse rule).
+    """
+
+    _vrgd_densify_sparse = True
+
+
+@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+class VRGDLamb(_TfKerasVRGDMixin, _mg_lamb.LAMB):
+    """VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB`
+    (`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,
+    `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied
+    before the moment estimates.
+    """
