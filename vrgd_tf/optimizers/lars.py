@@ -10,7 +10,7 @@ import keras
 from keras import ops
 
 from vrgd_tf import validation
-from vrgd_tf.optimizers.lamb import LayerwiseOptimizer, compute_dtype, trust_ratio
+from vrgd_tf.optimizers.layerwise import LayerwiseOptimizer, compute_dtype, trust_ratio
 
 __all__ = ["Lars"]
 
