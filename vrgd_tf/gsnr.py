@@ -297,6 +297,11 @@ def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
     return tf.reshape(factor, tf.shape(s1)), GSNRStatistics(*tf.unstack(stats[0]))
 
 
+def _next_correction(correction, beta_3):
+    """``c_t = beta_3 * c_{t-1} + (1 - beta_3)``, i.e. ``1 - beta_3**t`` (the EMA of 1)."""
+    return beta_3 * correction + (1.0 - beta_3)
+
+
 def smooth_factor(factor: tf.Tensor, deficit: tf.Tensor, correction: tf.Tensor,
                   beta_3: float, gamma: float) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """One step of the factor momentum; returns ``(p_hat, new_deficit, new_correction)``.
@@ -316,7 +321,7 @@ def smooth_factor(factor: tf.Tensor, deficit: tf.Tensor, correction: tf.Tensor,
       ``p_hat_t`` (values in [gamma, 1]), ``d_t`` and ``c_t``, float32.
     """
     new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
-    new_correction = beta_3 * correction + (1.0 - beta_3)
+    new_correction = _next_correction(correction, beta_3)
     p_hat = 1.0 - new_deficit / new_correction
     # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
     return tf.clip_by_value(p_hat, gamma, 1.0), new_deficit, new_correction
@@ -495,7 +500,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
         factor, new_deficit, _ = smooth_factor(
             factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma)
-        new_correction = beta_3 * old_correction + (1.0 - beta_3)
+        new_correction = _next_correction(old_correction, beta_3)  # per variable
         new_deficit = tf.where(all_finite, new_deficit, old_deficit)
         new_correction = tf.where(all_finite, new_correction, old_correction)
         for j, part, c in zip(index, tf.split(new_deficit, sizes), tf.unstack(new_correction)):
