@@ -19,7 +19,6 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics.
 """
 
-import numpy as np
 import tensorflow as tf
 
 from vrgd_tf import gsnr
@@ -29,14 +28,8 @@ VR_VARIANTS = {"vr": {}, "vr_nostats": {"statistics_interval": 0}}
 
 
 def _sum_with_squares(ctx, grads):
-    """All-reduce the packed [x, x*x] (as VRGD does); returns the plain sums of x."""
-    dense = [gsnr.dense_gradient(g) for g in grads]
-    sizes = [int(np.prod(g.shape)) for g in dense]
-    flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
-    sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([flat, tf.square(flat)], 0))
-    total = sum(sizes)
-    with tf.control_dependencies([sums]):
-        s1 = tf.identity(sums[:total])
+    """All-reduce the packed [x, x*x] (the library's collective); returns the plain sums."""
+    s1, _, sizes, dense, _ = gsnr.sum_with_squares(grads, replica_context=ctx)
     return [tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)]
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "gsnr_factor",
     "gsnr_factors_flat",
     "smooth_factor",
+    "sum_with_squares",
     "variance_reduce",
     "validate_gamma",
     "validate_beta_3",
@@ -383,6 +384,50 @@ class VRGDState:
         return self._index[self._var_key(variable)]
 
 
+def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequence] = None):
+    """VRGD's one collective: all-reduces (SUM) the gradients packed with their squares.
+
+    One ``replica_context.all_reduce`` call carries the float32 buffer
+    ``[x_1 .. x_n, q_1 .. q_n]`` of shape ``[2 N]`` (``x`` the flattened dense gradients,
+    ``q = x**2`` or the given ``sq_sums``) and, for the ``tf.IndexedSlices`` gradients, the
+    strategy's own sparse SUM of their rows.
+
+    Args:
+      grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
+        none of them None.
+      replica_context: the ``tf.distribute.ReplicaContext`` to all-reduce in.
+      sq_sums: None, or ``n`` dense tensors of the gradients' shapes (see
+        :func:`variance_reduce`).
+
+    Returns:
+      ``(s1, s2, sizes, dense, sparse_sums)``: float32 ``[N]`` sums of ``x`` and of ``q``;
+      the ``n`` element counts; the dense gradients; the all-reduced sparse gradients, in
+      the order they appear in ``grads``.
+
+    Raises:
+      ValueError: a gradient without a static shape, or ``sq_sums`` of other shapes.
+    """
+    dense = [dense_gradient(g) for g in grads]
+    sizes = _sizes(dense)
+    total = sum(sizes)
+    flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
+    if sq_sums is None:
+        squares = tf.square(flat)
+    else:
+        squares = tf.concat([tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums], 0)
+        if squares.shape.num_elements() != total:
+            raise ValueError(f"`sq_sums` must have the gradients' shapes ({total} elements "
+                             f"in all); got {squares.shape.num_elements()}.")
+    packed = tf.concat([flat, squares], 0)
+    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
+    if sparse:
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
+        sums, sparse_sums = reduced[0], list(reduced[1:])
+    else:
+        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, packed), []
+    return sums[:total], sums[total:], sizes, dense, sparse_sums
+
+
 def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_3: float,
                     state: Optional[VRGDState],
                     replica_context: Optional[tf.distribute.ReplicaContext] = None,
@@ -465,28 +510,9 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if grads else []
     if not grads:
         return []
-    dense = [dense_gradient(g) for g in grads]
-    sizes = _sizes(dense)
-    total = sum(sizes)
-    flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
-    if sq_sums is None:
-        squares = tf.square(flat)
-    else:
-        squares = tf.concat([tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums], 0)
-        if squares.shape.num_elements() != total:
-            raise ValueError(f"`sq_sums` must have the gradients' shapes ({total} elements "
-                             f"in all); got {squares.shape.num_elements()}.")
-    # One all-reduce call: the packed buffer [x, x**2] (float32 whatever the gradient dtype)
-    # and, for sparse gradients, the strategy's own sparse SUM of their rows (as the base
-    # optimizer would get it; scaled by the factor below).
-    packed = tf.concat([flat, squares], 0)
-    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
-    if sparse:
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
-        sums, sparse_sums = reduced[0], iter(reduced[1:])
-    else:
-        sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM, packed)
-    s1, s2 = sums[:total], sums[total:]
+    s1, s2, sizes, dense, sparse_sums = sum_with_squares(grads, sq_sums=sq_sums,
+                                                         replica_context=ctx)
+    sparse_sums = iter(sparse_sums)
     factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
