@@ -1,10 +1,10 @@
 """What the Keras 3 and the tf_keras VRGD optimizers share, apart from the GSNR math.
 
 A VRGD optimizer is its base optimizer with one change: where the base all-reduces (SUM) the
-per-replica gradients, the VRGD one calls :func:`vrgd_tf.gsnr.variance_reduce`. This module
-holds the family-independent glue: constructor checks, the ``gamma``/``beta_3`` config,
-the call with ``None`` gradients kept in place, the one-time single-replica warning, and the
-diagnostics accessor.
+per-replica gradients, the VRGD one calls its :class:`vrgd_tf.GSNRAggregator` (which runs
+:func:`vrgd_tf.gsnr.variance_reduce`). This module holds the family-independent glue: the
+class decorator and factory, constructor checks, config, the micro-batch entry point
+(``apply_grouped_gradients``), the exclusion-pattern check and the diagnostics accessor.
 """
 
 import inspect
@@ -56,8 +56,9 @@ VRGD_ARGS_DOC = """
 
     Gradients are all-reduced together with their squares (one collective); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
-    the base update. With one replica the step equals the base optimizer's and a warning is
-    logged once. Diagnostics: ``vrgd_statistics()``.
+    the base update. With one GSNR sample per step (one replica, no micro-batch groups) the
+    step equals the base optimizer's and a warning is logged once; so does a step in which
+    every replica sent the same gradient. Diagnostics: ``vrgd_statistics()``.
 
     Raises:
       ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
@@ -145,14 +146,16 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
 class VRGDCommon:
     """Mixin shared by both optimizer families: constructor, config, the reduction call.
 
-    A VRGD class is ``type(name, (FamilyMixin, base_class), ...)`` made by
-    :func:`make_vrgd_class`; ``FamilyMixin`` subclasses this and adds the family's hook and
-    state creation.
+    A VRGD class is ``class VRGDX(FamilyMixin, base_class)`` completed by :func:`vrgd_class`
+    (or made at run time by :func:`make_vrgd_class`); ``FamilyMixin`` subclasses this and
+    adds the family's hook, ``_vrgd_make_variable`` and ``_vrgd_var_key``.
 
     Attributes:
       gamma: float in (0, 1], lower bound of the factor (paper eq. 9; default 0.1).
       beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
       statistics_interval: int >= 0, steps between two recordings of the diagnostics.
+      vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
+        variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """
 
     _vrgd_base_class = None
