@@ -24,6 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from vrgd_tf import devices  # noqa: E402
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA_CACHE = os.path.join(RESULTS_DIR, "data")
 
@@ -33,11 +35,9 @@ DATA_CACHE = os.path.join(RESULTS_DIR, "data")
 # --------------------------------------------------------------------------------------------
 
 def setup_devices(num_logical):
-    """Splits the physical CPU into ``num_logical`` logical devices (before TF initialises)."""
-    cpus = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_logical)
-    return len(tf.config.list_logical_devices("CPU"))
+    """Splits the physical CPU into ``num_logical`` logical devices (before TF initialises);
+    returns how many there are."""
+    return len(devices.split_cpu(num_logical, argument="--replicas"))
 
 
 _STRATEGIES = {}

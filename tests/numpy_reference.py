@@ -1,4 +1,4 @@
-"""Independent float64 NumPy implementation of the VRGD spec (shared/design/VRGD.md) and of
+"""Independent float64 NumPy implementation of the VRGD spec (docs/spec.md) and of
 the base update rules (Keras 3 SGD/Adam, Model Garden LAMB/LARS), for the tests.
 
 Written from the spec and the published update rules, not from vrgd_tf's code.

@@ -1,6 +1,8 @@
 """Keras 3 family: model.fit, serialization, checkpoints, argument checks, the hook guard."""
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import keras
@@ -223,6 +225,48 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
                 self.assertAllClose(vr[n].numpy(), fed_u[n].numpy(), atol=1e-5, rtol=1e-5)
         with self.assertRaisesRegex(TypeError, "base_class"):
             vrgd_tf.make_vrgd_optimizer(dict)
+
+    def test_made_class_loads_in_a_new_process_only_after_the_call(self):
+        """README: a make_vrgd_optimizer class must exist (the call must have run) before
+        keras.models.load_model in a new process; the built-in classes need only the import."""
+        x, y, w0 = linear_problem()
+        vrgd_adamw = vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW, default_beta_3=0.9)
+        paths = {}
+        for name, cls in (("adamw", vrgd_adamw), ("lamb", vrgd_tf.VRGDLamb)):
+            with util.strategy_for(2).scope():
+                model = build_linear_model(w0)
+                model.compile(optimizer=cls(learning_rate=0.01), loss="mse")
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+            paths[name] = os.path.join(tempfile.mkdtemp(), f"{name}.keras")
+            model.save(paths[name])
+
+        def load(path, make_first):
+            code = ("import sys, keras, numpy as np, vrgd_tf\n"
+                    + ("vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW, default_beta_3=0.9)\n"
+                       if make_first else "")
+                    + "try:\n"
+                    "    m = keras.models.load_model(sys.argv[1])\n"
+                    "except TypeError as e:\n"
+                    "    print('FAILED', str(e).splitlines()[0])\n"
+                    "else:\n"
+                    "    d = [np.abs(v.numpy()).max() for v in m.optimizer.variables\n"
+                    "         if 'vrgd_deficit' in v.name]\n"
+                    "    print('LOADED', type(m.optimizer).__name__, int(m.optimizer.iterations),"
+                    " float(max(d)))\n")
+            repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=repo)
+            out = subprocess.run([sys.executable, "-c", code, path], env=env, cwd=repo,
+                                 capture_output=True, text=True, timeout=300)
+            self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+            return out.stdout.strip().splitlines()[-1]
+
+        self.assertRegex(load(paths["adamw"], make_first=False),
+                         "FAILED Could not locate class 'VRGDAdamW'")
+        loaded = load(paths["adamw"], make_first=True).split()
+        self.assertEqual(loaded[:3], ["LOADED", "VRGDAdamW", "2"])
+        self.assertGreater(float(loaded[3]), 0.0)
+        self.assertEqual(load(paths["lamb"], make_first=False).split()[:3],
+                         ["LOADED", "VRGDLamb", "2"])
 
 
 class HookGuardTest(tf.test.TestCase):

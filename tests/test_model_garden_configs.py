@@ -140,6 +140,16 @@ class RegistryTest(tf.test.TestCase):
         self.assertEqual(vconfigs.VRGDSGDConfig().beta_3, 0.0)
         self.assertEqual(vconfigs.VRGDLarsConfig().beta_3, 0.0)
 
+    def test_gradient_aggregator_is_refused(self):
+        """docs/model_garden.md: build_optimizer(gradient_aggregator=...) raises ValueError."""
+        for key in registry.LEGACY_CLASSES:
+            factory = optimizer_factory.OptimizerFactory(vconfigs.VRGDOptimizationConfig({
+                "optimizer": {"type": key},
+                "learning_rate": {"type": "constant"}}))
+            with self.assertRaisesRegex(ValueError, "gradient_aggregator.*VRGD"):
+                factory.build_optimizer(factory.build_learning_rate(),
+                                        gradient_aggregator=lambda grads_and_vars: grads_and_vars)
+
     def test_non_legacy_path(self):
         for key in ("vrgd_sgd", "vrgd_adam"):
             factory = optimizer_factory.OptimizerFactory(vconfigs.VRGDOptimizationConfig({

@@ -1,7 +1,10 @@
 """GSNR diagnostics: the callback writes the optimizer's statistics to TensorBoard."""
 
 import glob
+import json
 import os
+import subprocess
+import sys
 import tempfile
 
 import keras
@@ -12,6 +15,42 @@ import numpy_reference as ref
 import util
 import vrgd_tf
 from vrgd_tf import gsnr
+from vrgd_tf import summaries
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def event_scalars(log_dir):
+    """{tag: {step: value}} of the scalars in the one event file in ``log_dir``."""
+    events = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    assert len(events) == 1, events
+    out = {}
+    for record in tf.data.TFRecordDataset(events[0]):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        for v in event.summary.value:
+            if v.metadata.plugin_data.plugin_name == "scalars":
+                out.setdefault(v.tag, {})[event.step] = float(tf.make_ndarray(v.tensor))
+    return out
+
+
+def reference_kernel_statistics(x, y, w, k):
+    """Reference (mean GSNR, at gamma, at 1, mean factor) of the kernel of Dense(mse) on k
+    replicas (beta_3 = 0: the raw factor is applied)."""
+    n = x.shape[0]
+    b = n // k
+    gk = [2.0 / (b * y.shape[1]) / k * x[d * b:(d + 1) * b].T
+          @ (x[d * b:(d + 1) * b] @ w - y[d * b:(d + 1) * b]) for d in range(k)]
+    return ref.gsnr_statistics(np.stack(gk), 0.1)
+
+
+def run_python(code, *args, env=None):
+    """Runs ``code`` in a fresh interpreter on this worktree's vrgd_tf; returns stdout."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
 
 
 class SummariesTest(tf.test.TestCase):
@@ -96,6 +135,174 @@ class SummariesTest(tf.test.TestCase):
     def test_update_freq_checked(self):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)
+
+
+    def test_tf_keras_callback_returns_a_tf_keras_callback(self):
+        """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,
+        and a 2-replica tf_keras fit with it writes the reference statistics."""
+        import tf_keras
+        from vrgd_tf import tf_keras as vtk
+        k, n = 2, 16
+        rng = np.random.RandomState(1)
+        x = rng.randn(n, 5).astype(np.float32)
+        y = (3 * rng.randn(n, 2)).astype(np.float32)  # noisy: moderate GSNR
+        with util.strategy_for(k).scope():
+            model = tf_keras.Sequential(
+                [tf_keras.Input((5,)), tf_keras.layers.Dense(2, name="d")], name="net")
+            model.compile(optimizer=vtk.VRGDSGD(learning_rate=0.0), loss="mse")
+        w = model.layers[0].kernel.numpy().astype(np.float64)
+        log_dir = tempfile.mkdtemp()
+        cb = summaries.tf_keras_callback(log_dir, update_freq=2, log_to_history=True)
+        self.assertIsInstance(cb, tf_keras.callbacks.Callback)
+        self.assertIs(type(cb), summaries.TfKerasGSNRTensorBoard)
+        self.assertIs(type(summaries.tf_keras_callback(log_dir)), type(cb))
+        self.assertEqual((cb.log_dir, cb.update_freq, cb.log_to_history), (log_dir, 2, True))
+        with self.assertRaisesRegex(ValueError, "update_freq"):
+            summaries.tf_keras_callback(log_dir, update_freq=0)
+
+        hist = model.fit(np.concatenate([x, x]), np.concatenate([y, y]), batch_size=n,
+                         epochs=1, verbose=0, callbacks=[cb], shuffle=False)
+        mu, at_gamma, at_one, _ = reference_kernel_statistics(x, y, w, k)
+        self.assertGreater(mu, 0.0)
+        stats = model.optimizer.vrgd_statistics()
+        name = [s for s in stats if s.endswith("kernel")][0]
+        scalars = event_scalars(log_dir)
+        for field, expected in (("mean_gsnr", mu), ("frac_at_gamma", at_gamma),
+                                ("frac_at_one", at_one)):
+            written = scalars[f"vrgd/{name}/{field}"]
+            self.assertEqual(sorted(written), [2])  # 2 batches, update_freq=2
+            self.assertAllClose(written[2], expected, rtol=1e-4, atol=1e-7, msg=field)
+            self.assertAllClose(stats[name][field], expected, rtol=1e-4, atol=1e-7)
+        self.assertAllClose(hist.history["vrgd/median/mean_gsnr"],
+                            [scalars["vrgd/median/mean_gsnr"][2]], rtol=1e-6)
+
+    def test_legacy_keras_fit_with_top_level_callback(self):
+        """TF_USE_LEGACY_KERAS=1: vrgd_tf.GSNRTensorBoard is the tf_keras callback, and a
+        2-replica tf.keras fit with vrgd_tf.VRGDSGD writes the reference statistics."""
+        code = (
+            "import sys, json\n"
+            "import tensorflow as tf\n"
+            "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+            "tf.config.set_logical_device_configuration(\n"
+            "    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+            "import numpy as np, tf_keras, vrgd_tf\n"
+            "rng = np.random.RandomState(2)\n"
+            "x = rng.randn(16, 5).astype(np.float32)\n"
+            "y = (3 * rng.randn(16, 2)).astype(np.float32)\n"
+            "strategy = tf.distribute.MirroredStrategy(\n"
+            "    ['/cpu:0', '/cpu:1'], cross_device_ops=tf.distribute.ReductionToOneDevice())\n"
+            "with strategy.scope():\n"
+            "    m = tf.keras.Sequential([tf.keras.Input((5,)),\n"
+            "                             tf.keras.layers.Dense(2, name='d')], name='net')\n"
+            "    m.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss='mse')\n"
+            "w = m.layers[0].kernel.numpy()\n"
+            "cb = vrgd_tf.GSNRTensorBoard(sys.argv[1], update_freq=1)\n"
+            "m.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb], shuffle=False)\n"
+            "print('RESULT', json.dumps(dict(\n"
+            "    cls=type(cb).__name__, module=type(m.optimizer).__module__,\n"
+            "    tf_keras_callback=isinstance(cb, tf_keras.callbacks.Callback),\n"
+            "    x=x.tolist(), y=y.tolist(), w=w.tolist(),\n"
+            "    stats=m.optimizer.vrgd_statistics())))\n")
+        log_dir = tempfile.mkdtemp()
+        out = run_python(code, log_dir, env={"TF_USE_LEGACY_KERAS": "1"})
+        result = json.loads(out.split("RESULT", 1)[1])
+        self.assertEqual(result["cls"], "TfKerasGSNRTensorBoard")
+        self.assertTrue(result["tf_keras_callback"])
+        self.assertEqual(result["module"], "vrgd_tf.tf_keras")
+        x, y, w = (np.asarray(result[key], np.float64) for key in ("x", "y", "w"))
+        mu, at_gamma, at_one, _ = reference_kernel_statistics(x, y, w, 2)
+        self.assertGreater(mu, 0.0)
+        name = [s for s in result["stats"] if s.endswith("kernel")][0]
+        scalars = event_scalars(log_dir)
+        for field, expected in (("mean_gsnr", mu), ("frac_at_gamma", at_gamma),
+                                ("frac_at_one", at_one)):
+            self.assertAllClose(scalars[f"vrgd/{name}/{field}"][1], expected, rtol=1e-4,
+                                atol=1e-7, msg=field)
+        self.assertIn("vrgd/mean/frac_at_one", scalars)
+
+    def test_import_does_not_import_tf_keras(self):
+        out = run_python(
+            "import sys, vrgd_tf\n"
+            "print('BEFORE', 'tf_keras' in sys.modules)\n"
+            "from vrgd_tf.summaries import TfKerasGSNRTensorBoard\n"
+            "import tf_keras\n"
+            "print('AFTER', issubclass(TfKerasGSNRTensorBoard, tf_keras.callbacks.Callback))\n")
+        self.assertIn("BEFORE False", out)
+        self.assertIn("AFTER True", out)
+
+
+class _Wrapper:
+    """A stand-in wrapper optimizer (``inner_optimizer``), for nesting."""
+
+    def __init__(self, inner):
+        self.inner_optimizer = inner
+
+
+class VrgdStatisticsHelperTest(tf.test.TestCase):
+    """vrgd_tf.vrgd_statistics reaches the VRGD optimizer inside loss-scale wrappers."""
+
+    def _data(self):
+        # small values: no float16 overflow at the initial loss scale on either replica
+        # (Keras 3's LossScaleOptimizer checks finiteness per replica, before the all-reduce)
+        rng = np.random.RandomState(3)
+        x = (0.1 * rng.randn(16, 5)).astype(np.float32)
+        y = (0.1 * (x @ rng.randn(5, 2) + rng.randn(16, 2))).astype(np.float32)
+        return x, y
+
+    def _check(self, wrapper, inner):
+        self.assertEqual(int(inner.iterations.numpy()), 2)  # both steps applied
+        stats = vrgd_tf.vrgd_statistics(wrapper)
+        self.assertEqual(stats, inner.vrgd_statistics())
+        self.assertLen(stats, 2)  # kernel and bias
+        kernel = [v for name, v in stats.items() if name.endswith("kernel")][0]
+        self.assertGreater(kernel["mean_gsnr"], 0.0)
+        self.assertBetween(kernel["frac_at_one"], 0.0, 1.0)
+        self.assertIs(vrgd_tf.unwrap_optimizer(wrapper), inner)
+        self.assertEqual(vrgd_tf.vrgd_statistics(_Wrapper(_Wrapper(wrapper))), stats)
+        self.assertIs(vrgd_tf.unwrap_optimizer(_Wrapper(_Wrapper(wrapper))), inner)
+        self.assertEqual(summaries.summary_logs(wrapper)["vrgd/median/mean_gsnr"],
+                         float(np.median([v["mean_gsnr"] for v in stats.values()])))
+
+    def test_keras3_mixed_float16_loss_scale_optimizer(self):
+        x, y = self._data()
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            with util.strategy_for(2).scope():
+                model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+                model.compile(optimizer=vrgd_tf.VRGDAdam(learning_rate=0.01), loss="mse")
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        self.assertIsInstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        self.assertFalse(hasattr(model.optimizer, "vrgd_statistics"))
+        self._check(model.optimizer, model.optimizer.inner_optimizer)
+
+    def test_tf_keras_mixed_float16_loss_scale_optimizer(self):
+        import tf_keras
+        from vrgd_tf import tf_keras as vtk
+        x, y = self._data()
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            with util.strategy_for(2).scope():
+                model = tf_keras.Sequential([tf_keras.Input((5,)), tf_keras.layers.Dense(2)])
+                model.compile(optimizer=vtk.VRGDAdam(learning_rate=0.01), loss="mse")
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        finally:
+            tf_keras.mixed_precision.set_global_policy("float32")
+        self.assertIsInstance(model.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+        self.assertFalse(hasattr(model.optimizer, "vrgd_statistics"))
+        self._check(model.optimizer, model.optimizer.inner_optimizer)
+
+    def test_no_vrgd_optimizer_inside_raises_type_error(self):
+        with self.assertRaisesRegex(TypeError, "no VRGD optimizer inside .*SGD"):
+            vrgd_tf.vrgd_statistics(keras.optimizers.SGD())
+        wrapped = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+        with self.assertRaisesRegex(TypeError, "no VRGD optimizer inside .*LossScaleOptimizer"):
+            vrgd_tf.vrgd_statistics(wrapped)
+        with self.assertRaisesRegex(TypeError, "_Wrapper"):
+            vrgd_tf.vrgd_statistics(_Wrapper(wrapped))
+        self.assertIs(vrgd_tf.unwrap_optimizer(wrapped), wrapped)
+        self.assertEqual(summaries.summary_logs(wrapped), {})
 
 
 class DisplayNamesTest(tf.test.TestCase):

@@ -74,27 +74,9 @@ def _define_flags():
 
 
 def configure_cpu_replicas(num_replicas: int):
-    """Splits the first physical CPU into ``num_replicas`` logical devices.
-
-    Returns:
-      The logical CPU device names, e.g. ``['/device:CPU:0', '/device:CPU:1']``.
-
-    Raises:
-      RuntimeError: TensorFlow's devices are already initialised (something ran a TF op
-        first), so the split can no longer be made.
-    """
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(
-            cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError as e:
-        existing = tf.config.list_logical_devices("CPU")
-        if len(existing) != num_replicas:
-            raise RuntimeError(
-                f"--cpu_replicas={num_replicas}: TensorFlow already initialised its "
-                f"{len(existing)} CPU device(s), so they can no longer be split; run this "
-                "script in a fresh process.") from e
-    return [d.name for d in tf.config.list_logical_devices("CPU")]
+    """``num_replicas`` logical CPU device names (:func:`vrgd_tf.devices.split_cpu`)."""
+    from vrgd_tf import devices  # after __main__ made the checkout importable
+    return devices.split_cpu(num_replicas, argument="--cpu_replicas")
 
 
 def find_placeholders(params):

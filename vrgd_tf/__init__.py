@@ -5,7 +5,8 @@ Keras 3 optimizers: :class:`VRGDSGD`, :class:`VRGDAdam`, :class:`VRGDLars`,
 :class:`VRGDLamb`, and :func:`make_vrgd_optimizer` for any other Keras optimizer class.
 The GSNR statistics live in :mod:`vrgd_tf.gsnr`. The tf_keras family for TF Model Garden
 lives in :mod:`vrgd_tf.tf_keras`; with ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is tf_keras)
-the top-level names are that family's classes.
+the top-level names are that family's classes, and :class:`GSNRTensorBoard` is the tf_keras
+callback. :func:`vrgd_statistics` reads the GSNR diagnostics through loss-scale wrappers.
 """
 
 import os as _os
@@ -25,6 +26,12 @@ __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
            "make_vrgd_optimizer"]
 
 from vrgd_tf.aggregator import GSNRAggregator  # noqa: E402
-from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
+from vrgd_tf.summaries import unwrap_optimizer, vrgd_statistics  # noqa: E402
 
-__all__ += ["GSNRAggregator", "GSNRTensorBoard"]
+if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+    # the tf_keras callback, for tf.keras (= tf_keras) models
+    from vrgd_tf.summaries import TfKerasGSNRTensorBoard as GSNRTensorBoard  # noqa: E402
+else:
+    from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
+
+__all__ += ["GSNRAggregator", "GSNRTensorBoard", "unwrap_optimizer", "vrgd_statistics"]

@@ -14,6 +14,7 @@ mean over variables of the factor applied, i.e. how much smaller than the base o
 the average step is.
 """
 
+import contextlib
 import logging
 
 import numpy as np
@@ -21,7 +22,10 @@ import tensorflow as tf
 
 from vrgd_tf.gsnr import STATISTICS_FIELDS
 
-__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "HEADLINE_PREFIXES"]
+__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "HEADLINE_PREFIXES",
+           "unwrap_optimizer", "vrgd_statistics", "tf_keras_callback"]
+# Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
+# ``__all__`` for that reason).
 
 _FIELDS = STATISTICS_FIELDS
 #: Tag prefixes of the summaries over all variables (median of the GSNR, means of the rest).
@@ -29,13 +33,65 @@ HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
 _LOG = logging.getLogger("vrgd_tf")
 
 
-def _inner(optimizer):
-    """The VRGD optimizer inside a loss-scale wrapper, or the optimizer itself."""
-    for attr in ("inner_optimizer", "_optimizer"):
-        inner = getattr(optimizer, attr, None)
-        if inner is not None and hasattr(inner, "vrgd_statistics"):
-            return inner
+_WRAPPER_ATTRS = ("inner_optimizer", "_optimizer")
+_MAX_WRAPPER_DEPTH = 16
+
+
+def unwrap_optimizer(optimizer):
+    """The VRGD optimizer inside loss-scale wrappers, or ``optimizer`` itself if none.
+
+    Follows ``inner_optimizer`` (Keras 3 ``keras.optimizers.LossScaleOptimizer``, tf_keras
+    ``tf_keras.mixed_precision.LossScaleOptimizer``) and ``_optimizer`` through nested
+    wrappers (at most 16 deep), and returns the first optimizer found that has
+    ``vrgd_statistics``. ``model.compile`` under a ``"mixed_float16"`` policy adds such a
+    wrapper around the optimizer it is given.
+
+    Args:
+      optimizer: any optimizer (either family), wrapped or not.
+
+    Returns:
+      The VRGD optimizer, or ``optimizer`` unchanged when there is none inside it.
+    """
+    current, seen = optimizer, set()
+    for _ in range(_MAX_WRAPPER_DEPTH):
+        if hasattr(current, "vrgd_statistics"):
+            return current
+        seen.add(id(current))
+        inner = None
+        for attr in _WRAPPER_ATTRS:
+            candidate = getattr(current, attr, None)
+            if candidate is not None and id(candidate) not in seen:
+                inner = candidate
+                break
+        if inner is None:
+            break
+        current = inner
     return optimizer
+
+
+def vrgd_statistics(optimizer):
+    """``vrgd_statistics()`` of the VRGD optimizer inside ``optimizer``'s wrappers.
+
+    Use this instead of ``model.optimizer.vrgd_statistics()`` when ``model.optimizer`` may
+    be a loss-scale wrapper (mixed precision).
+
+    Args:
+      optimizer: a vrgd_tf optimizer (either family), possibly inside (nested)
+        loss-scale wrappers.
+
+    Returns:
+      ``{variable name: {field: float}}`` with the fields of
+      :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`; see the optimizers' ``vrgd_statistics``.
+
+    Raises:
+      TypeError: there is no VRGD optimizer inside ``optimizer``.
+    """
+    inner = unwrap_optimizer(optimizer)
+    if not hasattr(inner, "vrgd_statistics"):
+        raise TypeError(
+            "vrgd_statistics: no VRGD optimizer inside "
+            f"{type(optimizer).__module__}.{type(optimizer).__qualname__}.")
+    return inner.vrgd_statistics()
 
 
 def summary_logs(optimizer, headline_only=False):
@@ -55,7 +111,7 @@ def summary_logs(optimizer, headline_only=False):
     Returns:
       The dict; empty for a non-VRGD optimizer or one not built yet.
     """
-    optimizer = _inner(optimizer)
+    optimizer = unwrap_optimizer(optimizer)
     if not hasattr(optimizer, "vrgd_statistics"):
         return {}
     stats = optimizer.vrgd_statistics()
@@ -89,7 +145,7 @@ def write_gsnr_summaries(optimizer, step, writer=None):
     logs = summary_logs(optimizer)
     if not logs:
         return logs
-    ctx = writer.as_default(step=step) if writer is not None else _NullContext()
+    ctx = writer.as_default(step=step) if writer is not None else contextlib.nullcontext()
     with ctx:
         for key, value in logs.items():
             tf.summary.scalar(key, value, step=step)
@@ -101,75 +157,92 @@ def write_gsnr_summaries(optimizer, step, writer=None):
     return logs
 
 
-class _NullContext:
-    def __enter__(self):
-        return self
+class _GSNRTensorBoardMixin:
+    """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
 
-    def __exit__(self, *exc):
-        return False
+    Args:
+      log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
+        callback: ``os.path.join(log_dir, "vrgd")``).
+      update_freq: int >= 1, in training batches.
+      log_to_history: bool; also add the mean-over-variables values to the epoch logs
+        (so they show in the progress bar and ``History``).
+
+    Raises:
+      ValueError: ``update_freq`` < 1.
+    """
+
+    def __init__(self, log_dir, update_freq=100, log_to_history=False):
+        super().__init__()
+        if int(update_freq) < 1:
+            raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
+        self.log_dir = log_dir
+        self.update_freq = int(update_freq)
+        self.log_to_history = log_to_history
+        self._writer = None
+        self._step = 0
+
+    def on_train_begin(self, logs=None):
+        self._writer = tf.summary.create_file_writer(self.log_dir)
+        interval = getattr(unwrap_optimizer(self.model.optimizer), "statistics_interval", 1)
+        if interval == 0 or self.update_freq % interval:
+            _LOG.warning(
+                "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
+                "written diagnostics are from an earlier step (or zeros). Use an "
+                "update_freq that is a multiple of the optimizer's statistics_interval.",
+                self.update_freq, interval)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self._step % self.update_freq == 0:
+            write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.log_to_history and logs is not None:
+            logs.update(summary_logs(self.model.optimizer, headline_only=True))
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.flush()
 
 
-def _make_callback(callback_base):
-    class GSNRTensorBoard(callback_base):
-        """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
-
-        Args:
-          log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
-            callback: ``os.path.join(log_dir, "vrgd")``).
-          update_freq: int >= 1, in training batches.
-          log_to_history: bool; also add the mean-over-variables values to the epoch logs
-            (so they show in the progress bar and ``History``).
-
-        Raises:
-          ValueError: ``update_freq`` < 1.
-        """
-
-        def __init__(self, log_dir, update_freq=100, log_to_history=False):
-            super().__init__()
-            if int(update_freq) < 1:
-                raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
-            self.log_dir = log_dir
-            self.update_freq = int(update_freq)
-            self.log_to_history = log_to_history
-            self._writer = None
-            self._step = 0
-
-        def on_train_begin(self, logs=None):
-            self._writer = tf.summary.create_file_writer(self.log_dir)
-            interval = getattr(_inner(self.model.optimizer), "statistics_interval", 1)
-            if interval == 0 or self.update_freq % interval:
-                _LOG.warning(
-                    "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
-                    "written diagnostics are from an earlier step (or zeros). Use an "
-                    "update_freq that is a multiple of the optimizer's statistics_interval.",
-                    self.update_freq, interval)
-
-        def on_train_batch_end(self, batch, logs=None):
-            self._step += 1
-            if self._step % self.update_freq == 0:
-                write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
-
-        def on_epoch_end(self, epoch, logs=None):
-            if self.log_to_history and logs is not None:
-                logs.update(summary_logs(self.model.optimizer, headline_only=True))
-
-        def on_train_end(self, logs=None):
-            if self._writer is not None:
-                self._writer.flush()
-
-    return GSNRTensorBoard
+def _callback_class(name, callback_base, family):
+    return type(name, (_GSNRTensorBoardMixin, callback_base), {
+        "__module__": __name__, "__qualname__": name,
+        "__doc__": _GSNRTensorBoardMixin.__doc__.replace(
+            "to TensorBoard", f"to TensorBoard ({family} callback)", 1)})
 
 
 def _keras3_callback():
     import keras
-    return _make_callback(keras.callbacks.Callback)
+    return _callback_class("GSNRTensorBoard", keras.callbacks.Callback, "Keras 3")
 
 
 GSNRTensorBoard = _keras3_callback()
-GSNRTensorBoard.__module__ = __name__
+
+_TF_KERAS_CLASS = None
 
 
-def tf_keras_callback():
-    """The same callback for tf_keras (Keras 2) models. Returns the class."""
-    import tf_keras
-    return _make_callback(tf_keras.callbacks.Callback)
+def _tf_keras_class():
+    global _TF_KERAS_CLASS
+    if _TF_KERAS_CLASS is None:
+        import tf_keras
+        _TF_KERAS_CLASS = _callback_class("TfKerasGSNRTensorBoard",
+                                          tf_keras.callbacks.Callback, "tf_keras")
+    return _TF_KERAS_CLASS
+
+
+def __getattr__(name):
+    if name == "TfKerasGSNRTensorBoard":
+        return _tf_keras_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def tf_keras_callback(log_dir, update_freq=100, log_to_history=False):
+    """A :class:`GSNRTensorBoard` for tf_keras (Keras 2) models.
+
+    Same arguments as :class:`GSNRTensorBoard`; returns a ``TfKerasGSNRTensorBoard``
+    (a ``tf_keras.callbacks.Callback``). With ``TF_USE_LEGACY_KERAS=1``,
+    ``vrgd_tf.GSNRTensorBoard`` is that class.
+    """
+    return _tf_keras_class()(log_dir, update_freq=update_freq,
+                             log_to_history=log_to_history)

@@ -7,7 +7,7 @@ Ratio (GSNR)", arXiv 2309.13681) scales each gradient element by how consistent 
 data-parallel replicas: elements whose GSNR ``mean**2 / variance`` (over the replicas' shard
 gradients) is low get their step shrunk, down to ``gamma`` times. The paper reports that at very
 large batches this closes much of the generalization gap of LAMB and LARS (spec
-``shared/design/VRGD.md``, section 5).
+``docs/spec.md``, section 5).
 
 This demo reproduces that comparison in miniature, on real data, in a few minutes on a CPU:
 
@@ -82,6 +82,8 @@ import tensorflow as tf
 import keras
 
 import vrgd_tf
+from vrgd_tf import devices
+from vrgd_tf import naming
 
 __all__ = [
     "OPTIMIZERS",
@@ -310,33 +312,8 @@ class DemoResults:
 
 
 def configure_logical_cpus(num_replicas: int) -> List[str]:
-    """Makes (if it still can) and returns ``num_replicas`` logical CPU device names.
-
-    Call it before TensorFlow initialises its runtime (before the first op, strategy or
-    ``list_logical_devices``). If the runtime is already initialised (e.g. by a test's
-    ``conftest.py``), the existing logical devices are reused.
-
-    Raises:
-      ValueError: fewer than ``num_replicas`` logical CPUs exist and they can no longer be
-        changed.
-    """
-    cpus = tf.config.list_physical_devices("CPU")
-    if not cpus:  # pragma: no cover - TensorFlow always has a CPU
-        raise ValueError("TensorFlow sees no CPU device.")
-    try:
-        current = tf.config.get_logical_device_configuration(cpus[0]) or []
-        if len(current) < num_replicas:
-            tf.config.set_logical_device_configuration(
-                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError:
-        pass  # Already initialised: keep what is there.
-    logical = tf.config.list_logical_devices("CPU")
-    if len(logical) < num_replicas:
-        raise ValueError(
-            f"--replicas={num_replicas} needs {num_replicas} logical CPU devices, but "
-            f"TensorFlow was already initialised with {len(logical)}. Configure the devices "
-            "before anything else touches TensorFlow, or use fewer replicas.")
-    return [d.name for d in logical[:num_replicas]]
+    """``num_replicas`` logical CPU device names (:func:`vrgd_tf.devices.split_cpu`)."""
+    return devices.split_cpu(num_replicas, argument="--replicas")
 
 
 def load_data(test_size: int = 500, split_seed: int = 0) -> DigitsData:
@@ -410,12 +387,19 @@ def _weights_sha256(model: keras.Model) -> str:
     return digest.hexdigest()
 
 
+def _sizes_by_statistics_name(model: keras.Model) -> Dict[str, int]:
+    """``{name in vrgd_statistics(): number of elements}`` of the model's variables."""
+    variables = model.trainable_variables
+    names = naming.display_names([naming.variable_name(v) for v in variables])
+    return {n: int(np.prod(v.shape)) for n, v in zip(names, variables)}
+
+
 def _fraction_at_gamma(optimizer, model) -> Optional[float]:
     """Share of all trainable weights whose VRGD factor sat at gamma in the last step."""
     if not hasattr(optimizer, "vrgd_statistics"):
         return None
     stats = optimizer.vrgd_statistics()
-    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
+    sizes = _sizes_by_statistics_name(model)
     total = sum(sizes.get(n, 0) for n in stats)
     if not total:
         return None
@@ -533,7 +517,7 @@ def _summarize_statistics(stats, model) -> Optional[Dict[str, Any]]:
     """Per-variable statistics plus element-weighted means over all variables."""
     if stats is None:
         return None
-    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
+    sizes = _sizes_by_statistics_name(model)
     total = sum(sizes.get(n, 0) for n in stats) or 1
     weighted = {key: float(sum(s[key] * sizes.get(n, 0) for n, s in stats.items()) / total)
                 for key in ("frac_at_gamma", "frac_at_one")}

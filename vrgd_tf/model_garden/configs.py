@@ -2,7 +2,7 @@
 
 Each VRGD config extends Model Garden's config of its base optimizer
 (``official.modeling.optimization.configs.optimizer_config``) with the VRGD arguments
-(spec ``shared/design/VRGD.md`` sections 2 and 3):
+(spec ``docs/spec.md`` sections 2 and 3):
 
 * ``gamma``: lower bound of the per-element factor, in (0, 1]; paper default 0.1.
 * ``beta_3``: decay of the factor's momentum, in [0, 1); 0.9 for VR-Adam/VR-LAMB (paper

@@ -1,0 +1,56 @@
+"""Logical CPU devices: data parallelism on a machine without accelerators.
+
+TensorFlow can split its CPU into several logical devices, so that ``MirroredStrategy`` runs
+one replica per device and VRGD sees several replicas on a laptop or a CI runner. The split
+must be made before TensorFlow initialises its runtime (before the first op, strategy or
+device listing). The demo, ``tpu_scripts/train.py``, the benchmarks and the tests all use
+:func:`split_cpu`.
+"""
+
+from typing import List
+
+import tensorflow as tf
+
+__all__ = ["split_cpu"]
+
+
+def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
+    """Makes (if it still can) and returns ``num_devices`` logical CPU device names.
+
+    Splits the first physical CPU into ``num_devices`` logical devices if TensorFlow's
+    runtime is not initialised yet and fewer exist; if it is already initialised (e.g. by a
+    test's ``conftest.py``) with at least ``num_devices``, the first ``num_devices`` are
+    reused.
+
+    Args:
+      num_devices: int >= 1.
+      argument: the user-facing name of ``num_devices`` (a flag such as ``--replicas``),
+        quoted in the error.
+
+    Returns:
+      The first ``num_devices`` logical CPU device names, e.g.
+      ``['/device:CPU:0', '/device:CPU:1']``.
+
+    Raises:
+      ValueError: ``num_devices`` < 1, or TensorFlow was already initialised with fewer
+        logical CPUs (the message names ``argument`` and says to configure first).
+    """
+    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f"`{argument}` must be an int >= 1; got {num_devices!r}.")
+    cpus = tf.config.list_physical_devices("CPU")
+    if not cpus:  # pragma: no cover - TensorFlow always has a CPU
+        raise ValueError("TensorFlow sees no CPU device.")
+    try:
+        current = tf.config.get_logical_device_configuration(cpus[0]) or []
+        if len(current) < num_devices:
+            tf.config.set_logical_device_configuration(
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+    except RuntimeError:
+        pass  # Already initialised: keep what is there.
+    logical = tf.config.list_logical_devices("CPU")
+    if len(logical) < num_devices:
+        raise ValueError(
+            f"{argument}={num_devices} needs {num_devices} logical CPU devices, but "
+            f"TensorFlow was already initialised with {len(logical)}. Split the CPU before "
+            "anything else touches TensorFlow (in a fresh process), or use fewer.")
+    return [d.name for d in logical[:num_devices]]
