@@ -27,7 +27,7 @@ from keras.src.losses import loss as _loss_module
 from vrgd_tf import common
 from vrgd_tf.optimizers import vr as _vr
 
-__all__ = ["use_micro_batches", "micro_batch_groups", "split_batch"]
+__all__ = ["use_micro_batches", "micro_batch_groups", "split_batch", "sum_group_gradients"]
 
 # Instance attribute that holds the group count of a model set up by use_micro_batches.
 _ATTR = "_vrgd_micro_batch_groups"
@@ -369,7 +369,7 @@ def _grouped_train_step(model, num_groups, data):
         _loss_module.unscale_loss_for_distribution(loss),
         sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0])
     if trainable:
-        summed = [_sum_gradients(parts) for parts in grad_parts]
+        summed = [sum_group_gradients(parts) for parts in grad_parts]
         if m == 1:
             # apply_grouped_gradients with the squares equals this up to graph rewrites
             # of the gradient's rounding; Keras' own call keeps m = 1 bit for bit.
@@ -382,8 +382,18 @@ def _grouped_train_step(model, num_groups, data):
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
 
-def _sum_gradients(parts: Sequence):
-    """Sum of one variable's group gradients; sparse ones stay ``tf.IndexedSlices``."""
+def sum_group_gradients(parts: Sequence):
+    """Sum of one variable's group gradients.
+
+    Args:
+      parts: list of the groups' gradients of one variable (``tf.Tensor`` or
+        ``tf.IndexedSlices``), possibly empty.
+
+    Returns:
+      None for an empty list; the one gradient for a list of one; a ``tf.IndexedSlices``
+      of all the groups' rows (indices and values concatenated, duplicates kept) if every
+      part is sparse; else the dense sum.
+    """
     if not parts:
         return None
     if len(parts) == 1:
