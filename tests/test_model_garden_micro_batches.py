@@ -183,6 +183,10 @@ class TrainerTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, "mixed_precision_dtype='float16'"):
             make_trainer(1, 4, lambda: tf_keras.mixed_precision.LossScaleOptimizer(
                 vtk.VRGDSGD(0.1)))
+        with self.assertRaisesRegex(TypeError, r"optimizer_config\.ema"):
+            from official.modeling import optimization
+            make_trainer(1, 4, lambda: optimization.ExponentialMovingAverage(
+                vtk.VRGDSGD(0.1)))
         with self.assertRaisesRegex(ValueError, r"per-replica batch of 6 examples.*"
                                                 r"global_batch_size=12 over 2 replicas.*"
                                                 r"multiple of replicas x vrgd_micro_batches "

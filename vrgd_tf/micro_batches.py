@@ -114,7 +114,8 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
         ``keras.optimizers.LossScaleOptimizer`` (mixed precision: its dynamic scale is
         applied to each group's loss and removed from the gradients, and ``scale**2`` from
         the squares, before the GSNR step; a step with a non-finite gradient is skipped
-        and the scale halved, as Keras does).
+        and the scale halved, as Keras does). An optimizer's own ``loss_scale_factor`` is
+        removed the same way.
       num_groups: int >= 1, the number ``m`` of micro-batch groups per replica. Calling
         again replaces the previous value.
 

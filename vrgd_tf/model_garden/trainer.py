@@ -27,6 +27,7 @@ import tf_keras
 from official.core import base_trainer
 from official.core import train_lib
 from official.core import train_utils
+from official.modeling import optimization
 
 from vrgd_tf import common
 from vrgd_tf import summaries
@@ -76,8 +77,7 @@ class VRGDTrainer(base_trainer.Trainer):
                 why = ("runtime.mixed_precision_dtype='float16' wraps the optimizer in a "
                        "LossScaleOptimizer, which micro-batch groups do not support; use "
                        "'bfloat16' or 'float32' (no loss scaling)")
-            elif not hasattr(optimizer, "apply_grouped_gradients") and hasattr(
-                    optimizer, "shadow_copy"):
+            elif isinstance(optimizer, optimization.ExponentialMovingAverage):
                 why = ("trainer.optimizer_config.ema wraps the optimizer in Model Garden's "
                        "ExponentialMovingAverage, which micro-batch groups do not support; "
                        "remove the `ema` block")
