@@ -12,7 +12,8 @@ Flags are Model Garden's (``official.common.flags.define_flags``): ``--experimen
 
 * ``--cpu_replicas=k`` (k >= 1): split the host CPU into k logical devices and train with a
   ``MirroredStrategy`` over them, whatever ``runtime.distribution_strategy`` says. VRGD needs
-  k >= 2 to see gradient noise. Use it where there is no accelerator.
+  k x ``trainer.vrgd_micro_batches`` >= 2 to see gradient noise. Use it where there is no
+  accelerator.
 * ``--enable_async_checkpointing``: Model Garden's asynchronous checkpoint saving.
 
 Cloud TPU::
@@ -164,11 +165,17 @@ def main(argv):
     logging.info("Distribution strategy %s with %d replica(s) in sync.",
                  type(strategy).__name__, strategy.num_replicas_in_sync)
     opt_type = params.trainer.optimizer_config.optimizer.type or ""
-    if opt_type.startswith("vrgd_") and strategy.num_replicas_in_sync < 2:
+    groups = getattr(params.trainer, "vrgd_micro_batches", 1)
+    if opt_type.startswith("vrgd_") and strategy.num_replicas_in_sync * groups < 2:
         logging.warning(
             "%s with %d replica: VRGD has no gradient-noise estimate and steps exactly as "
-            "its base optimizer. Use >= 2 replicas (on CPU: --cpu_replicas=2 or more).",
+            "its base optimizer. Use >= 2 replicas (on CPU: --cpu_replicas=2 or more) or "
+            "micro-batch groups (trainer.vrgd_micro_batches=4).",
             opt_type, strategy.num_replicas_in_sync)
+    elif groups > 1:
+        logging.info("%d replica(s) x %d micro-batch groups: %d GSNR samples per step.",
+                     strategy.num_replicas_in_sync, groups,
+                     strategy.num_replicas_in_sync * groups)
 
     if FLAGS.seed is not None:
         import tf_keras  # pylint: disable=g-import-not-at-top

@@ -44,6 +44,7 @@ __all__ = [
     "VRGDTrainerConfig",
     "VRGDExperimentConfig",
     "check_optimization_config",
+    "check_micro_batches",
 ]
 
 
@@ -157,9 +158,43 @@ class VRGDOptimizationConfig(_StrictFromDict, mg_opt_cfg.OptimizationConfig):
 
 @dataclasses.dataclass
 class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
-    """Model Garden's ``TrainerConfig`` carrying a :class:`VRGDOptimizationConfig`."""
+    """Model Garden's ``TrainerConfig`` carrying a :class:`VRGDOptimizationConfig`.
+
+    Attributes:
+      optimizer_config: the optimization config with the VRGD optimizer types.
+      vrgd_micro_batches: int >= 1, the number ``m`` of micro-batch groups each replica
+        splits its per-replica batch into (our extension of arXiv 2309.13681, Algorithm 1:
+        the ``k`` GSNR samples of a step are ``replicas * m`` micro-batch gradients, taken at
+        the same weights, with one all-reduce per step). 1 (default): one sample per
+        replica, Model Garden's own train step. ``m > 1`` needs a VRGD optimizer type
+        (``vrgd_*``) and a per-replica batch (``task.train_data.global_batch_size /
+        replicas``) that is a multiple of ``m``; :class:`vrgd_tf.model_garden.trainer.
+        VRGDTrainer` runs the task's train step once per group. With ``m >= 2`` one
+        device (``--cpu_replicas=1``) runs real VRGD.
+    """
     optimizer_config: VRGDOptimizationConfig = dataclasses.field(
         default_factory=VRGDOptimizationConfig)
+    vrgd_micro_batches: int = 1
+
+
+def check_micro_batches(value, path: str = "trainer.vrgd_micro_batches") -> int:
+    """Returns ``value`` (the micro-batch group count) if it is an int >= 1.
+
+    Args:
+      value: the configured ``vrgd_micro_batches``.
+      path: dotted config path used in the messages.
+
+    Raises:
+      TypeError: not an int (bools refused).
+      ValueError: an int < 1.
+    """
+    fix = "(1 = no micro-batch groups; m >= 2 splits each per-replica batch into m)"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{path} must be an int >= 1 {fix}; got {value!r}.")
+    if value < 1:
+        raise ValueError(f"{path} must be an int >= 1 {fix}; got {value}. Set e.g. "
+                         f"--params_override={path}=1.")
+    return value
 
 
 def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
@@ -210,7 +245,8 @@ class VRGDExperimentConfig(cfg.ExperimentConfig):
     """Model Garden's ``ExperimentConfig`` with a :class:`VRGDTrainerConfig`.
 
     ``validate()`` (called by Model Garden's ``train_utils.parse_configuration``) also runs
-    :func:`check_optimization_config` on ``trainer.optimizer_config``.
+    :func:`check_optimization_config` on ``trainer.optimizer_config`` and
+    :func:`check_micro_batches` on ``trainer.vrgd_micro_batches``.
     """
     trainer: VRGDTrainerConfig = dataclasses.field(default_factory=VRGDTrainerConfig)
 
@@ -218,5 +254,6 @@ class VRGDExperimentConfig(cfg.ExperimentConfig):
         # First, so that an unknown optimizer type gets the message that lists the known
         # ones rather than Model Garden's one-of error.
         check_optimization_config(self.trainer.optimizer_config)
+        check_micro_batches(self.trainer.vrgd_micro_batches)
         super().validate()
 
