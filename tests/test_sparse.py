@@ -214,6 +214,22 @@ class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("`exclude_from_weight_decay` pattern 'LayerNorm'", lines[0])
         self.assertIn("`exclude_from_layer_adaptation` pattern 'bn/'", lines[1])
 
+    def test_fit_without_a_strategy_builds_inside_the_step_and_names_the_pattern(self):
+        """Keras 3 without a strategy builds the optimizer inside the traced step: the
+        pattern check reads the config eagerly there (it used to fail with "numpy() is
+        only available when eager execution is enabled")."""
+        rng = np.random.RandomState(0)
+        x, y = rng.randn(16, 3).astype(np.float32), rng.randn(16, 1).astype(np.float32)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="d")])
+        model.compile(optimizer=vrgd_tf.VRGDLamb(0.01, weight_decay_rate=0.01,
+                                                 exclude_from_weight_decay=["LayerNorm"]),
+                      loss="mse")
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        self.assertTrue(any("'LayerNorm' matches none" in r.getMessage()
+                            for r in logs.records))
+        self.assertTrue(np.isfinite(model.layers[0].kernel.numpy()).all())
+
     @parameterized.parameters(KERAS3, TF_KERAS)
     def test_matching_patterns_and_the_fallback_list_say_nothing(self, family):
         cls = vrgd_tf.VRGDLamb if family == KERAS3 else vtk.VRGDLamb

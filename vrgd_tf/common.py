@@ -231,7 +231,8 @@ class VRGDCommon:
         ``"layer_norm"``), but a pattern that matches nothing usually means a variable that
         was meant to be excluded is not.
         """
-        config = self.get_config()
+        with tf.init_scope():  # build may run inside a traced step (Keras 3, no strategy)
+            config = self.get_config()
         names = [naming.variable_name(v) for v in variables]
         seen = None
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
@@ -271,14 +272,17 @@ class VRGDCommon:
         weights; it passes their sum (as ``apply_gradients`` would get the whole batch's
         gradient) and the sum of their element-wise squares. VRGD then has
         ``k = replicas * m`` GSNR samples, with one all-reduce as usual. ``m = 1`` with the
-        squares of the gradients is exactly ``apply_gradients``. Call where
+        squares of the gradients is ``apply_gradients`` up to float rounding (XLA or grappler
+        may fuse the squares differently). Call where
         ``apply_gradients`` is called (the replica context).
 
         Args:
           grads_and_vars: list of ``(gradient, variable)``: each gradient is the sum over
             the micro-batches (``tf.Tensor``, ``tf.IndexedSlices`` or None).
           sq_sums: list, one per pair: the sum over the micro-batches of the squared dense
-            gradient (float tensor of the variable's shape; None where the gradient is).
+            gradient (float tensor of the variable's shape; None where the gradient is), in
+            the units of the gradients handed over (a Keras 3 ``loss_scale_factor`` is
+            divided out of both, as ``apply`` does for the gradients).
           num_groups: int >= 1.
 
         Returns:
@@ -294,6 +298,12 @@ class VRGDCommon:
         validation.check_count("num_groups", num_groups)
         if num_groups < 1:
             raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups}.")
+        factor = getattr(self, "loss_scale_factor", None)
+        if factor is not None:
+            # Keras 3's apply divides the gradients by loss_scale_factor: the squares go by
+            # its square, so that the GSNR sees the squares of what it sums.
+            sq_sums = [None if q is None else q / tf.cast(factor * factor, q.dtype)
+                       for q in sq_sums]
         self._vrgd_groups.value = (
             {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)}, num_groups)
         try:

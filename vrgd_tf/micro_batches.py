@@ -431,12 +431,7 @@ def _apply_grouped(optimizer, pairs, sq_sums, num_groups):
     """``apply_grouped_gradients`` of the VRGD optimizer, through a loss-scale wrapper."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return _apply_grouped_loss_scaled(optimizer, pairs, sq_sums, num_groups)
-    factor = optimizer.loss_scale_factor
-    if factor is not None:
-        # Keras' apply divides the gradients by loss_scale_factor; the squares go by its
-        # square here, so that the GSNR sees the squares of what it sums.
-        sq_sums = [None if q is None else q / tf.cast(factor * factor, q.dtype)
-                   for q in sq_sums]
+    # (an optimizer's own loss_scale_factor is divided out by apply_grouped_gradients)
     return optimizer.apply_grouped_gradients(pairs, sq_sums, num_groups=num_groups)
 
 
