@@ -19,6 +19,7 @@ if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
 else:
     from vrgd_tf.optimizers import (Lamb, Lars, VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
                                     make_vrgd_optimizer)
+    from vrgd_tf.micro_batches import use_micro_batches
 
 __version__ = "0.1.0"
 
@@ -35,3 +36,5 @@ else:
     from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
 
 __all__ += ["GSNRAggregator", "GSNRTensorBoard", "unwrap_optimizer", "vrgd_statistics"]
+if "use_micro_batches" in globals():
+    __all__ += ["use_micro_batches"]
