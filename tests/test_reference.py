@@ -75,7 +75,9 @@ OPTIMIZERS = {
 
 class ReferenceTest(tf.test.TestCase, parameterized.TestCase):
 
-    @parameterized.product(family=sorted(FAMILIES), name=sorted(OPTIMIZERS), k=[1, 2, 4])
+    @parameterized.named_parameters(
+        (f"_{family}_{name}_k{k}", family, name, k)
+        for family in sorted(FAMILIES) for name in sorted(OPTIMIZERS) for k in (1, 2, 4))
     def test_matches_numpy_reference(self, family, name, k):
         """Weights after 3 steps equal the float64 reference; every replica's copy of every
         model and optimizer variable is bitwise the same; the default beta_3 and the config
@@ -106,7 +108,9 @@ class ReferenceTest(tf.test.TestCase, parameterized.TestCase):
             for c in copies[1:]:
                 np.testing.assert_array_equal(c, copies[0], err_msg=var.name)
 
-    @parameterized.product(family=sorted(FAMILIES), name=sorted(OPTIMIZERS))
+    @parameterized.named_parameters(
+        (f"_{family}_{name}", family, name)
+        for family in sorted(FAMILIES) for name in sorted(OPTIMIZERS))
     def test_gamma_one_equals_base_optimizer(self, family, name):
         """gamma=1, beta_3=0 under 4 replicas: the base optimizer (Keras 3 SGD/Adam and this
         package's Lars/Lamb; tf_keras legacy SGD/Adam and Model Garden's LARS/LAMB)."""
@@ -126,7 +130,7 @@ class ReferenceTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(vr_vars[n].numpy(), base_vars[n].numpy(), atol=1e-6, rtol=0,
                                 msg=n)
 
-    @parameterized.parameters(2, 4)
+    @parameterized.named_parameters(("_k2", 2), ("_k4", 4))
     def test_reference_data_gsnr_varies_by_step_and_element(self, k):
         """The data's factor differs between steps for most elements, so no per-element
         constant cancels it out (see the module docstring)."""
