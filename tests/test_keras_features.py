@@ -141,7 +141,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_checkpoint_restores_and_training_continues_exactly(self):
         """4 replicas: 2 steps, checkpoint, 2 more steps == restore into a new run, 2 steps."""
-        from test_keras_reference import make_problem
+        from util import make_problem
         init, grads = make_problem(4, seed=9, steps=4)
         first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
@@ -206,7 +206,7 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
     def test_any_keras_optimizer_class(self):
         """make_vrgd_optimizer on AdamW and Lion: VR on 4 replicas == the base class on one
         device fed the reference's variance-reduced gradient u = p_hat * S1."""
-        from test_keras_reference import make_problem
+        from util import make_problem
         init, grads = make_problem(4, seed=11)
         u = {}
         for n, g in grads.items():
@@ -278,7 +278,7 @@ class HookGuardTest(tf.test.TestCase):
                 for g, v in zip(grads, trainable_variables):
                     v.assign_sub(learning_rate * g)
 
-        init, grads = __import__("test_keras_reference").make_problem(2, seed=1, steps=1)
+        init, grads = util.make_problem(2, seed=1, steps=1)
         with self.assertRaisesRegex(RuntimeError, "bypassed"):
             util.run_custom_loop(util.strategy_for(2), lambda: Bypassed(learning_rate=0.1),
                                  init, grads)

@@ -11,7 +11,7 @@ from absl.testing import parameterized
 
 import util
 import vrgd_tf
-from test_keras_reference import make_problem
+from util import make_problem
 from test_xla import FakeReplicaContext
 from vrgd_tf import tf_keras as vtk
 

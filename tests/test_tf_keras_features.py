@@ -11,7 +11,7 @@ import tf_keras
 from absl.testing import parameterized
 
 import util
-from test_keras_reference import make_problem
+from util import make_problem
 from vrgd_tf import tf_keras as vtk
 
 

@@ -8,7 +8,7 @@ from absl.testing import parameterized
 import numpy_reference as ref
 import util
 import vrgd_tf
-from test_keras_reference import make_problem
+from util import make_problem
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
 

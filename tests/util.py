@@ -40,6 +40,18 @@ def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None
     Returns:
       (variables dict, optimizer).
     """
+    variables, opt = None, None
+    for _, variables, opt in custom_loop_steps(strategy, make_optimizer, init, grads,
+                                               make_variable=make_variable,
+                                               jit_compile=jit_compile, existing=existing):
+        pass
+    return variables, opt
+
+
+def custom_loop_steps(strategy, make_optimizer, init, grads, *, make_variable=None,
+                      jit_compile=False, existing=None):
+    """:func:`run_custom_loop` one step at a time: yields ``(step index, variables dict,
+    optimizer)`` after each step, so a test can read weights and state in between."""
     import keras
     names = list(init)
     steps = next(iter(grads.values())).shape[0]
@@ -61,7 +73,7 @@ def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None
 
     for i in range(steps):
         step(tf.constant(i))
-    return variables, opt
+        yield i, variables, opt
 
 
 def numpy_run(vr, init, grads):
@@ -81,3 +93,60 @@ def assert_config_has(test, config, kwargs):
             test.assertAlmostEqual(config[key], value, places=6, msg=key)
         else:
             test.assertEqual(config[key], value, key)
+
+
+# --- reference problems -------------------------------------------------------------------
+
+#: Variables of the reference problems: name -> shape.
+PROBLEM_SHAPES = {"kernel": (4, 3), "bias": (3,)}
+
+
+def make_problem(k, seed=0, steps=3):
+    """Initial weights and per-replica gradients whose GSNR spans 1e-3 to about 30.
+
+    The spread across replicas is standardised, so the GSNR is set by design and stays in
+    the range where float32 resolves the variance to ~1e-6 (the float32 limits are tested
+    separately in test_numerics.py). Signal and noise scale are drawn once, so each
+    element's GSNR (and factor) is the same on every step: :func:`make_varying_problem`
+    is the variant whose GSNR changes from step to step.
+
+    Returns:
+      ``(init, grads)``: ``{name: float32 array}`` and ``{name: float32 [steps, k, *shape]}``.
+    """
+    rng = np.random.RandomState(seed)
+    init = {n: rng.randn(*s).astype(np.float32) for n, s in PROBLEM_SHAPES.items()}
+    grads = {}
+    for n, s in PROBLEM_SHAPES.items():
+        signal = np.clip(rng.randn(*s), -2.0, 2.0)
+        noise_scale = np.exp(rng.uniform(-1.0, 2.0, size=s))
+        noise = rng.randn(steps, k, *s)
+        if k > 1:
+            noise = (noise - noise.mean(1, keepdims=True)) / noise.std(1, keepdims=True)
+        g = signal + noise_scale * noise
+        grads[n] = (g / k).astype(np.float32)  # as Keras: loss averaged over global batch
+    return init, grads
+
+
+def make_varying_problem(k, seed=0, steps=3):
+    """As :func:`make_problem`, but signal and noise scale are drawn anew on every step.
+
+    Each element's GSNR ``signal**2 / noise_scale**2`` (about 0 to 30) then changes from
+    step to step and from element to element, so the factor does too. Adam and LAMB
+    cancel a per-element scale that is the same on every step (their ``m / sqrt(v)``), so
+    with :func:`make_problem` they cannot tell VRGD from no VRGD; with this data they can.
+
+    Returns:
+      ``(init, grads)`` as :func:`make_problem`.
+    """
+    rng = np.random.RandomState(seed)
+    init = {n: rng.randn(*s).astype(np.float32) for n, s in PROBLEM_SHAPES.items()}
+    grads = {}
+    for n, s in PROBLEM_SHAPES.items():
+        signal = np.clip(rng.randn(steps, 1, *s), -2.0, 2.0)
+        noise_scale = np.exp(rng.uniform(-1.0, 2.0, size=(steps, 1) + s))
+        noise = rng.randn(steps, k, *s)
+        if k > 1:
+            noise = (noise - noise.mean(1, keepdims=True)) / noise.std(1, keepdims=True)
+        g = signal + noise_scale * noise
+        grads[n] = (g / k).astype(np.float32)
+    return init, grads
