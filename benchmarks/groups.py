@@ -2,9 +2,8 @@ r"""Cost of micro-batch groups: step time and peak memory of VR-LAMB with m grou
 
 VRGD needs k GSNR samples per step; with micro-batch groups k = replicas x m. Each replica
 splits its shard of the global batch into m equal, contiguous groups, computes every group's
-gradients at the same weights (``tf.GradientTape`` per group, serially: a group's forward
-pass waits for the previous group's squares, as ``vrgd_tf.micro_batches.use_micro_batches``
-does), sums the gradients and their element-wise squares and calls
+gradients at the same weights (``tf.GradientTape`` per group, one group after another), sums
+the gradients and their element-wise squares and calls
 ``optimizer.apply_grouped_gradients(grads_and_vars, sq_sums, num_groups=m)``. The base is
 plain LAMB at the same global batch, one gradient per replica (``apply_gradients``).
 
@@ -21,9 +20,13 @@ The step is a compiled custom loop (``benchlib.StepTimer``: ``tf.function`` arou
 ``strategy.run`` in a ``tf.range`` loop, a fixed batch), for both models: the 1-D CNN is a
 Keras 3 model with ``vrgd_tf.VRGDLamb`` (not ``model.fit``, so that base and VR run the same
 loop); BERT-tiny is tf_keras (Model Garden ``BertPretrainerV2``) with
-``vrgd_tf.tf_keras.VRGDLamb``. The batch is split with ``vrgd_tf.micro_batches.split_batch``
-and the group gradients summed with ``micro_batches.sum_group_gradients``. Devices are
-logical CPU devices (``MirroredStrategy`` over 1 or 8 of them, ``ReductionToOneDevice``).
+``vrgd_tf.tf_keras.VRGDLamb``. The batch is split as ``vrgd_tf.micro_batches`` does. The
+1-D CNN unrolls the groups in Python, like ``use_micro_batches`` (a group's forward pass
+waits for the previous group's squares); BERT-tiny loops with ``tf.while_loop``
+(``--bert_loop``): unrolled, 8 replicas x 8 groups are 64 copies of BERT in one graph,
+minutes of tracing and GBs per variant. ``vr_m8_while`` times the CNN with the while loop
+too. Devices are logical CPU devices (``MirroredStrategy`` over 1 or 8 of them,
+``ReductionToOneDevice``).
 
 Timing as ``overhead.py`` (``benchlib.time_variants``): variants built side by side in one
 process, traced and warmed up, then ``--reps`` repetitions time every variant once in an
@@ -31,10 +34,12 @@ order rotated per repetition; ratios variant/base within a repetition, min / med
 BERT-tiny runs in a child process. Peak memory as ``overhead.py``: ``VmHWM`` of one child
 process per (model, devices, variant, repetition), interleaved.
 
-Checks recorded with the timings (1-D CNN; BERT-tiny has dropout, so none there): base_m<m>
-ends with base's weights (same update, summation order aside); on one device vr_m1 ends with
-base's weights (k = 1: the VR step is the base step); and 1 device x 8 groups ends with the
-weights of 8 devices x 1 group (k = 8, the same samples).
+Checks recorded with the timings (1-D CNN; BERT-tiny has dropout, so none there), after all
+the timed steps on the same batch: base_m<m> against base and vr_m8_while against vr_m8
+(the same update, summed in another order: the gradients agree to float rounding, ~1e-6
+relative, which LAMB's normalised update amplifies over tens of steps); on one device vr_m1
+against base (k = 1: the VR step is the base step, bit for bit); and 1 device x 8 groups
+against 8 devices x 1 group (k = 8, the same samples).
 
 Examples:
   python benchmarks/groups.py --quick

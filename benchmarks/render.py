@@ -803,8 +803,8 @@ def plot_groups(gr, path):
     ax.minorticks_off()
     ax.set_xlabel("micro-batch groups m per replica (k = devices x m)")
     ax.set_ylabel("step time VR-LAMB(m) / LAMB")
-    ax.set_title("Cost of micro-batch groups (median, min–max over interleaved reps)",
-                 fontsize=9)
+    ax.set_title("Cost of micro-batch groups (median, min–max over interleaved reps;\n"
+                 "dashed: 1 device, solid: 8 devices)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
