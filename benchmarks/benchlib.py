@@ -525,3 +525,299 @@ def write_json(path, obj):
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+# --------------------------------------------------------------------------------------------
+# Step timing and peak memory (overhead.py, groups.py)
+# --------------------------------------------------------------------------------------------
+
+#: Prefix of the line on which a child process prints its JSON result.
+RESULT_TAG = "RESULT_JSON:"
+
+
+def status_kb(field):
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or None."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def rss_kb():
+    """Current resident set of this process (``VmRSS``)."""
+    return status_kb("VmRSS")
+
+
+def peak_kb():
+    """Peak RSS of this process image: VmHWM. (``getrusage(RUSAGE_SELF).ru_maxrss`` is not
+    used: on Linux it carries the parent's high-water mark across fork + exec.)"""
+    return status_kb("VmHWM")
+
+
+def summarize(values):
+    """``{"min", "median", "max", "n"}`` of a list of numbers."""
+    v = np.asarray(values, np.float64)
+    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
+            "n": int(v.size)}
+
+
+def state_bytes(opt, model):
+    """Exact bytes of optimizer state and of the model, summed over replica copies."""
+    variables = opt.variables if not callable(getattr(opt, "variables", None)) else \
+        opt.variables()
+
+    def total(vs):
+        out = 0
+        for v in vs:
+            tv = getattr(v, "value", v) if not isinstance(v, tf.Variable) else v
+            copies = len(tv.values) if isinstance(tv, tf.distribute.DistributedValues) else 1
+            size = int(np.prod(v.shape)) if len(v.shape) else 1
+            out += copies * size * tf.as_dtype(v.dtype).size
+        return out
+    return {"optimizer_state_bytes": total(variables),
+            "model_bytes": total(model.trainable_variables)}
+
+
+class StepTimer:
+    """A model, its optimizer and ``run(n)``, a ``tf.function`` running ``n`` train steps
+    (``strategy.run(replica_step)`` in a ``tf.range`` loop). Subclasses build ``model`` and
+    ``opt`` and call :meth:`compile_steps` with their replica step."""
+
+    def compile_steps(self, replica_step):
+        strategy = self.strategy
+
+        @tf.function
+        def run(n):
+            for _ in tf.range(n):
+                strategy.run(replica_step)
+            return n
+
+        self.run = run
+
+    def graph_ops(self):
+        """Graph nodes of the traced multi-step function (loop body = one step, all replicas
+        unrolled, plus the few loop nodes): a proxy for the per-step fixed cost."""
+        gdef = self.run.get_concrete_function(tf.constant(1)).graph.as_graph_def()
+        return len(gdef.node) + sum(len(f.node_def) for f in gdef.library.function)
+
+    def time(self, steps):
+        """Seconds per step of one call running ``steps`` steps."""
+        t0 = time.perf_counter()
+        self.run(tf.constant(steps))
+        return (time.perf_counter() - t0) / steps
+
+    def weights(self):
+        return [w.copy() for w in self.model.get_weights()]
+
+    def state_bytes(self):
+        return state_bytes(self.opt, self.model)
+
+
+#: Default weights check of :func:`time_variants`: variants that must end with the weights
+#: of ``base`` (the same update), the others are compared with ``vr``.
+_SAME_AS_BASE = ("base", "sq", "base_allreduce")
+
+
+def time_variants(make_timers, variant_names, steps, reps, log, checks=None,
+                  weights_out=None):
+    """Interleaved timing; returns per-variant times and per-rep ratios to ``base``.
+
+    Every variant is built (``make_timers(name)``, a :class:`StepTimer`), traced and warmed
+    up; then each of ``reps`` repetitions times every variant once (``steps`` steps), in an
+    order rotated by one per repetition, and the ratio variant/base is taken within the
+    repetition. ``checks`` maps a variant to the variant whose final weights it must match
+    (all ran the same steps from the same weights on the same batch); by default
+    base/sq/base_allreduce are compared with base and the rest with vr. A dict
+    ``weights_out`` receives every variant's final weights.
+    """
+    timers = {}
+    ops = {}
+    sbytes = {}
+    build_s = {}
+    for v in variant_names:
+        t0 = time.time()
+        timers[v] = make_timers(v)
+        timers[v].time(1)          # trace
+        build_s[v] = {"build_and_first_step": round(time.time() - t0, 2)}
+        timers[v].time(steps)      # warm-up
+        try:
+            sbytes[v] = timers[v].state_bytes()
+        except Exception as e:  # pragma: no cover
+            sbytes[v] = None
+            log(f"state bytes failed for {v}: {e}")
+        try:
+            ops[v] = timers[v].graph_ops()
+        except Exception as e:  # pragma: no cover - op count is informative only
+            ops[v] = None
+            log(f"op count failed for {v}: {e}")
+        log(f"  built {v} ({time.time() - t0:.1f}s, {ops[v]} graph ops/step)")
+    times = {v: [] for v in variant_names}
+    for r in range(reps):
+        order = variant_names[r % len(variant_names):] + variant_names[:r % len(variant_names)]
+        for v in order:
+            times[v].append(timers[v].time(steps))
+        log("  rep %d: %s" % (r, ", ".join(f"{v}={times[v][-1] * 1e3:.1f}ms"
+                                             for v in variant_names)))
+    ratios = {v: [t / b for t, b in zip(times[v], times["base"])] for v in variant_names}
+    # Equivalence: all variants did the same number of steps from the same weights on the
+    # same batch, so base~sq~base_allreduce and vr~vr_nostats up to float summation order.
+    if checks is None:
+        checks = {v: "base" if v in _SAME_AS_BASE else "vr" for v in variant_names}
+    ref = {}
+    diffs = {}
+    for v in variant_names:
+        target = checks.get(v)
+        if target not in timers:
+            continue
+        if target not in ref:
+            ref[target] = timers[target].weights()
+        w = timers[v].weights()
+        num = max(float(np.max(np.abs(a - b))) for a, b in zip(w, ref[target]))
+        den = max(float(np.max(np.abs(b))) for b in ref[target])
+        diffs[v] = {"vs": target, "max_abs_diff_rel": num / max(den, 1e-30)}
+    base_med = float(np.median(times["base"]))
+    out = {
+        "step_ms": {v: summarize([t * 1e3 for t in times[v]]) for v in variant_names},
+        "ratio": {v: summarize(ratios[v]) for v in variant_names},
+        # Robust to load spikes: the fastest repetition of each variant.
+        "ratio_of_min": {v: float(np.min(times[v]) / np.min(times["base"]))
+                         for v in variant_names},
+        "raw_step_s": times, "graph_ops": ops, "weights_check": diffs,
+        "state_bytes": sbytes,
+        # Seconds to build the variant and run its first call (tracing, graph optimisation).
+        "build_s": {v: b["build_and_first_step"] for v, b in build_s.items()},
+    }
+    parts = {}
+    med = {v: float(np.median(times[v])) for v in variant_names}
+    if "base_allreduce" in med:
+        parts["aggregation_path"] = (med["base_allreduce"] - med["base"]) / base_med
+    if "sq" in med:
+        sq_ref = med.get("base_allreduce", med["base"])
+        parts["a_allreduce_squares"] = (med["sq"] - sq_ref) / base_med
+        if "vr_nostats" in med:
+            parts["b_gsnr_math_and_state"] = (med["vr_nostats"] - med["sq"]) / base_med
+    if "vr_nostats" in med and "vr" in med:
+        parts["c_diagnostics_every_step"] = (med["vr"] - med["vr_nostats"]) / base_med
+    out["parts_of_base_median"] = parts
+    if weights_out is not None:
+        weights_out.update({v: timers[v].weights() for v in variant_names})
+    return out
+
+
+def run_child(script, args, log):
+    """Runs ``python script args`` and returns (the JSON it printed after RESULT_TAG,
+    seconds); logs the child's stderr tail and raises if there is none."""
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(script)] + list(args)
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):]), time.time() - t0
+    log(proc.stderr[-3000:])
+    raise RuntimeError(f"child failed: {' '.join(cmd)} (rc {proc.returncode})")
+
+
+def print_result(obj):
+    """The child side of :func:`run_child`."""
+    print(RESULT_TAG + json.dumps(obj), flush=True)
+
+
+def memory_result(rss_before_model_kb):
+    """What a memory child reports after its steps: peak RSS (VmHWM), the RSS just before
+    the model was built, the RSS now and ``ru_maxrss`` (for comparison only)."""
+    import resource
+    return {"maxrss_kb": peak_kb(), "rss_before_model_kb": rss_before_model_kb,
+            "rss_end_kb": rss_kb(),
+            "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def memory_runs(script, configs, variants, reps, child_args, log):
+    """Peak memory from one child process per (configuration, variant, repetition).
+
+    Interleaved: for each repetition, for each configuration, every variant in an order
+    rotated by one per repetition. ``variants`` is a list, or a function of the
+    configuration returning one. ``child_args(config, variant)`` gives the child's
+    arguments; the child prints :func:`memory_result`. Returns ``{config: {variant: [the
+    children's results]}}``.
+    """
+    names = {c: list(variants(c) if callable(variants) else variants) for c in configs}
+    raw = {c: {v: [] for v in names[c]} for c in configs}
+    for rep in range(reps):
+        for c in configs:
+            vs = names[c]
+            vs = vs[rep % len(vs):] + vs[:rep % len(vs)]
+            for v in vs:
+                res, dt = run_child(script, child_args(c, v), log)
+                raw[c][v].append(res)
+                log(f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
+                    f"increment {(res['maxrss_kb'] - res['rss_before_model_kb']) / 1024:.0f}"
+                    f" MB ({dt:.0f}s)")
+    return raw
+
+
+def memory_ratios(raw, variants):
+    """Ratios to ``base`` of one configuration's memory results, per repetition: peak RSS
+    and the increment (peak minus the RSS before the model). Returns ``{variant: {...}}``
+    for the variants other than base, plus ``base_peak_mb_median``."""
+    base = raw["base"]
+    out = {}
+    for v in variants:
+        if v == "base":
+            continue
+        peak_ratio = [r["maxrss_kb"] / b["maxrss_kb"] for r, b in zip(raw[v], base)]
+        inc_ratio = [(r["maxrss_kb"] - r["rss_before_model_kb"]) /
+                     max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
+                     for r, b in zip(raw[v], base)]
+        out[v] = {"peak_ratio": summarize(peak_ratio), "increment_ratio": summarize(inc_ratio),
+                  "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024}
+    out["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
+    return out
+
+
+def cnn1d_timing_data(batch):
+    """The 1-D CNN builder and a fixed batch of ``batch`` MNIST-1D examples (the sweep's
+    data at a small size, repeated if needed) for timing."""
+    d = load_mnist1d(8000, 2000, 0)
+    x, y = d["x"], d["y"]
+    reps = int(np.ceil(batch / len(y)))
+    x, y = np.concatenate([x] * reps)[:batch], np.concatenate([y] * reps)[:batch]
+    return (lambda: cnn1d(40)), x, y
+
+
+#: Model Garden BERT's exclusions from weight decay (LAMB).
+BERT_EXCLUDE = ["LayerNorm", "layer_norm", "bias"]
+
+
+def bert_tiny(seq):
+    """Model Garden ``BertEncoder`` 2 layers x 128 hidden (tf_keras) in ``BertPretrainerV2``
+    with its tied masked-LM head."""
+    from official.nlp.modeling import models, networks
+    encoder = networks.BertEncoder(
+        vocab_size=30522, hidden_size=128, num_layers=2, num_attention_heads=2,
+        intermediate_size=512, max_sequence_length=seq, type_vocab_size=2)
+    return models.BertPretrainerV2(encoder_network=encoder)
+
+
+def bert_random_batch(batch, seq, num_masked=20):
+    """A fixed masked-LM batch of random token ids (timing only): (features, labels)."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30522, size=(batch, seq)).astype(np.int32)
+    pos = np.sort(np.stack([rng.choice(np.arange(1, seq), num_masked, replace=False)
+                            for _ in range(batch)]), axis=1).astype(np.int32)
+    labels = np.take_along_axis(ids, pos, 1)
+    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids), "masked_lm_positions": pos}, labels
+
+
+def bert_lamb(variant, learning_rate=1e-3):
+    """Model Garden ``lamb.LAMB`` (``variant='base'``) or a variant of ``variants.py``
+    against ``vrgd_tf.tf_keras.VRGDLamb`` (``'vr'`` is the library's class), BERT's weight
+    decay 0.01 and exclusions."""
+    import variants
+    from official.modeling.optimization import lamb as mg_lamb
+    from vrgd_tf import tf_keras as vtk
+    cls, extra = variants.make_tf_keras_variant(variant, mg_lamb.LAMB, vtk.VRGDLamb)
+    return cls(learning_rate=learning_rate, weight_decay_rate=0.01,
+               exclude_from_weight_decay=BERT_EXCLUDE, **extra)

@@ -28,10 +28,7 @@ Examples:
   python benchmarks/overhead.py
 """
 
-import json
 import os
-import resource
-import subprocess
 import sys
 import time
 
@@ -40,6 +37,14 @@ from absl import flags
 from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Measurement pieces shared with groups.py (benchlib imports TensorFlow but runs no op, so
+# the logical-device split of main() still comes first).
+from benchlib import StepTimer, time_variants  # noqa: E402
+from benchlib import bert_lamb as _bert_opt  # noqa: E402
+from benchlib import bert_random_batch as _bert_data  # noqa: E402
+from benchlib import bert_tiny as _bert_build  # noqa: E402
+from benchlib import rss_kb as _rss_kb  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration (minutes).")
@@ -94,7 +99,6 @@ QUICK = dict(pairs=["momentum", "lamb"], resnet_pairs=["lamb"], reps=5,
 
 #: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
 TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
-RESULT_TAG = "RESULT_JSON:"
 
 
 def _apply_quick():
@@ -105,63 +109,21 @@ def _apply_quick():
             FLAGS[name].value = value
 
 
-def _status_kb(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return None
-
-
-def _rss_kb():
-    return _status_kb("VmRSS")
-
-
-def _peak_kb():
-    """Peak RSS of this process image: VmHWM. (``getrusage(RUSAGE_SELF).ru_maxrss`` is not
-    used: on Linux it carries the parent's high-water mark across fork + exec.)"""
-    return _status_kb("VmHWM")
-
-
-def state_bytes(opt, model):
-    """Exact bytes of optimizer state and of the model, summed over replica copies."""
-    import numpy as np
-    import tensorflow as tf
-    variables = opt.variables if not callable(getattr(opt, "variables", None)) else \
-        opt.variables()
-
-    def total(vs):
-        out = 0
-        for v in vs:
-            tv = getattr(v, "value", v) if not isinstance(v, tf.Variable) else v
-            copies = len(tv.values) if isinstance(tv, tf.distribute.DistributedValues) else 1
-            size = int(np.prod(v.shape)) if len(v.shape) else 1
-            out += copies * size * tf.as_dtype(v.dtype).size
-        return out
-    return {"optimizer_state_bytes": total(variables),
-            "model_bytes": total(model.trainable_variables)}
-
-
 # --------------------------------------------------------------------------------------------
 # Keras 3 timing
 # --------------------------------------------------------------------------------------------
 
 def _model_and_data(model_name, batch):
-    import numpy as np
     import benchlib
     if model_name == "cnn1d":
-        d = benchlib.load_mnist1d(8000, 2000, 0)  # the sweep's data at a small size
-        x, y = d["x"], d["y"]
-        reps = int(np.ceil(batch / len(y)))
-        x, y = np.concatenate([x] * reps)[:batch], np.concatenate([y] * reps)[:batch]
-        return (lambda: benchlib.cnn1d(40)), x, y
+        return benchlib.cnn1d_timing_data(batch)
     if model_name == "resnet20":
         x, y = benchlib.load_digits_images(32)
         return (lambda: benchlib.resnet_cifar(FLAGS.resnet_depth)), x[:batch], y[:batch]
     raise ValueError(model_name)
 
 
-class KerasTimer:
+class KerasTimer(StepTimer):
     """One variant: model + optimizer under the strategy, a compiled multi-step function."""
 
     def __init__(self, strategy, build_model, opt_cls, opt_kwargs, weights, x, y):
@@ -189,32 +151,7 @@ class KerasTimer:
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
-        @tf.function
-        def run(n):
-            for _ in tf.range(n):
-                strategy.run(replica_step)
-            return n
-
-        self.run = run
-
-    def graph_ops(self):
-        """Graph nodes of the traced multi-step function (loop body = one step, all replicas
-        unrolled, plus the few loop nodes): a proxy for the per-step fixed cost."""
-        import tensorflow as tf
-        gdef = self.run.get_concrete_function(tf.constant(1)).graph.as_graph_def()
-        return len(gdef.node) + sum(len(f.node_def) for f in gdef.library.function)
-
-    def time(self, steps):
-        import tensorflow as tf
-        t0 = time.perf_counter()
-        self.run(tf.constant(steps))
-        return (time.perf_counter() - t0) / steps
-
-    def weights(self):
-        return [w.copy() for w in self.model.get_weights()]
-
-    def state_bytes(self):
-        return state_bytes(self.opt, self.model)
+        self.compile_steps(replica_step)
 
 
 def _variant_classes(pair, variant, family="keras"):
@@ -223,84 +160,6 @@ def _variant_classes(pair, variant, family="keras"):
     base_cls, vr_cls, kwargs = benchlib.optimizer_classes(pair)
     cls, extra = variants.make_keras_variant(variant, base_cls, vr_cls)
     return cls, dict(kwargs, learning_rate=TIMING_LR[pair], **extra)
-
-
-def _summ(values):
-    import numpy as np
-    v = np.asarray(values, np.float64)
-    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
-            "n": int(v.size)}
-
-
-def time_variants(make_timers, variant_names, steps, reps, log):
-    """Interleaved timing; returns per-variant times and per-rep ratios to base."""
-    import numpy as np
-    timers = {}
-    ops = {}
-    sbytes = {}
-    for v in variant_names:
-        t0 = time.time()
-        timers[v] = make_timers(v)
-        timers[v].time(1)          # trace
-        timers[v].time(steps)      # warm-up
-        try:
-            sbytes[v] = timers[v].state_bytes()
-        except Exception as e:  # pragma: no cover
-            sbytes[v] = None
-            log(f"state bytes failed for {v}: {e}")
-        try:
-            ops[v] = timers[v].graph_ops()
-        except Exception as e:  # pragma: no cover - op count is informative only
-            ops[v] = None
-            log(f"op count failed for {v}: {e}")
-        log(f"  built {v} ({time.time() - t0:.1f}s, {ops[v]} graph ops/step)")
-    times = {v: [] for v in variant_names}
-    for r in range(reps):
-        order = variant_names[r % len(variant_names):] + variant_names[:r % len(variant_names)]
-        for v in order:
-            times[v].append(timers[v].time(steps))
-        log("  rep %d: %s" % (r, ", ".join(f"{v}={times[v][-1] * 1e3:.1f}ms"
-                                             for v in variant_names)))
-    ratios = {v: [t / b for t, b in zip(times[v], times["base"])] for v in variant_names}
-    # Equivalence: all variants did the same number of steps from the same weights on the
-    # same batch, so base~sq~base_allreduce and vr~vr_nostats up to float summation order.
-    ref = {"base": timers["base"].weights()}
-    if "vr" in timers:
-        ref["vr"] = timers["vr"].weights()
-    diffs = {}
-    for v in variant_names:
-        target = "base" if v in ("base", "sq", "base_allreduce") else "vr"
-        if target not in ref:
-            continue
-        w = timers[v].weights()
-        num = max(float(np.max(np.abs(a - b))) for a, b in zip(w, ref[target]))
-        den = max(float(np.max(np.abs(b))) for b in ref[target])
-        diffs[v] = {"vs": target, "max_abs_diff_rel": num / max(den, 1e-30)}
-    base_med = float(np.median(times["base"]))
-    out = {
-        "step_ms": {v: _summ([t * 1e3 for t in times[v]]) for v in variant_names},
-        "ratio": {v: _summ(ratios[v]) for v in variant_names},
-        # Robust to load spikes: the fastest repetition of each variant.
-        "ratio_of_min": {v: float(np.min(times[v]) / np.min(times["base"]))
-                         for v in variant_names},
-        "raw_step_s": times, "graph_ops": ops, "weights_check": diffs,
-        "state_bytes": sbytes,
-    }
-    parts = {}
-    med = {v: float(np.median(times[v])) for v in variant_names}
-    if "base_allreduce" in med:
-        parts["aggregation_path"] = (med["base_allreduce"] - med["base"]) / base_med
-    if "sq" in med:
-        ref = med.get("base_allreduce", med["base"])
-        parts["a_allreduce_squares"] = (med["sq"] - ref) / base_med
-        if "vr_nostats" in med:
-            parts["b_gsnr_math_and_state"] = (med["vr_nostats"] - med["sq"]) / base_med
-    if "vr_nostats" in med and "vr" in med:
-        parts["c_diagnostics_every_step"] = (med["vr"] - med["vr_nostats"]) / base_med
-    out["parts_of_base_median"] = parts
-    for t in timers.values():
-        del t
-    return out
 
 
 def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_names):
@@ -328,37 +187,6 @@ def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_na
 # --------------------------------------------------------------------------------------------
 # BERT-tiny (tf_keras, Model Garden) timing
 # --------------------------------------------------------------------------------------------
-
-BERT_EXCLUDE = ["LayerNorm", "layer_norm", "bias"]
-
-
-def _bert_build(seq):
-    from official.nlp.modeling import models, networks
-    encoder = networks.BertEncoder(
-        vocab_size=30522, hidden_size=128, num_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_sequence_length=seq, type_vocab_size=2)
-    return models.BertPretrainerV2(encoder_network=encoder)
-
-
-def _bert_data(batch, seq, num_masked=20):
-    import numpy as np
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1000, 30522, size=(batch, seq)).astype(np.int32)
-    pos = np.sort(np.stack([rng.choice(np.arange(1, seq), num_masked, replace=False)
-                            for _ in range(batch)]), axis=1).astype(np.int32)
-    labels = np.take_along_axis(ids, pos, 1)
-    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-            "input_type_ids": np.zeros_like(ids), "masked_lm_positions": pos}, labels
-
-
-def _bert_opt(variant):
-    import variants
-    from official.modeling.optimization import lamb as mg_lamb
-    from vrgd_tf import tf_keras as vtk
-    cls, extra = variants.make_tf_keras_variant(variant, mg_lamb.LAMB, vtk.VRGDLamb)
-    return cls(learning_rate=1e-3, weight_decay_rate=0.01,
-               exclude_from_weight_decay=BERT_EXCLUDE, **extra)
-
 
 class BertTimer(KerasTimer):
     def __init__(self, strategy, variant, weights, batch, seq):
@@ -388,13 +216,7 @@ class BertTimer(KerasTimer):
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
-        @tf.function
-        def run(n):
-            for _ in tf.range(n):
-                strategy.run(replica_step)
-            return n
-
-        self.run = run
+        self.compile_steps(replica_step)
 
 
 def bert_timing(strategy, batch, seq, steps, reps, log):
@@ -431,7 +253,7 @@ def child_main():
     if FLAGS.child == "bert":
         res = bert_timing(strategy, FLAGS.bert_batch, FLAGS.bert_seq, FLAGS.bert_steps,
                           FLAGS.reps, lambda s: print(s, file=sys.stderr, flush=True))
-        print(RESULT_TAG + json.dumps(res), flush=True)
+        benchlib.print_result(res)
         return
     # memory
     model, pair, variant, batch = (FLAGS.child_model, FLAGS.child_pair, FLAGS.child_variant,
@@ -451,26 +273,17 @@ def child_main():
         cls, kw = _variant_classes(pair, variant)
         timer = KerasTimer(strategy, build_model, cls, kw, weights, x, y)
     timer.run(tf.constant(FLAGS.memory_steps))
-    print(RESULT_TAG + json.dumps({"maxrss_kb": _peak_kb(), "rss_before_model_kb": rss0,
-                                   "rss_end_kb": _rss_kb(),
-                                   "ru_maxrss_kb": resource.getrusage(
-                                       resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+    benchlib.print_result(benchlib.memory_result(rss0))
 
 
 def _run_child(args, log):
-    cmd = [sys.executable, os.path.abspath(__file__)] + args
-    t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):]), time.time() - t0
-    log(proc.stderr[-3000:])
-    raise RuntimeError(f"child failed: {' '.join(cmd)} (rc {proc.returncode})")
+    import benchlib
+    return benchlib.run_child(__file__, args, log)
 
 
 def memory_runs(log):
     """Interleaved subprocesses: for rep: for config: for variant."""
-    import numpy as np
+    import benchlib
     configs = []
     for model in [m for m in FLAGS.models if m in FLAGS.memory_models]:
         if model == "cnn1d":
@@ -482,38 +295,20 @@ def memory_runs(log):
                 configs.append((model, pair, FLAGS.resnet_batch))
         elif model == "bert_tiny":
             configs.append((model, "lamb", FLAGS.bert_batch))
-    raw = {c: {v: [] for v in FLAGS.memory_variants} for c in configs}
-    for rep in range(FLAGS.memory_reps):
-        for c in configs:
-            vs = list(FLAGS.memory_variants)
-            if rep % 2:
-                vs = vs[::-1]
-            for v in vs:
-                res, dt = _run_child(
-                    ["--child=memory", f"--child_model={c[0]}", f"--child_pair={c[1]}",
-                     f"--child_variant={v}", f"--child_batch={c[2]}",
-                     f"--replicas={FLAGS.replicas}", f"--memory_steps={FLAGS.memory_steps}",
-                     f"--bert_seq={FLAGS.bert_seq}", f"--resnet_depth={FLAGS.resnet_depth}"],
-                    log)
-                raw[c][v].append(res)
-                log(f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
-                    f"increment {(res['maxrss_kb'] - res['rss_before_model_kb']) / 1024:.0f}"
-                    f" MB ({dt:.0f}s)")
+
+    def child_args(c, v):
+        return ["--child=memory", f"--child_model={c[0]}", f"--child_pair={c[1]}",
+                f"--child_variant={v}", f"--child_batch={c[2]}",
+                f"--replicas={FLAGS.replicas}", f"--memory_steps={FLAGS.memory_steps}",
+                f"--bert_seq={FLAGS.bert_seq}", f"--resnet_depth={FLAGS.resnet_depth}"]
+
+    variants = list(FLAGS.memory_variants)
+    raw = benchlib.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args,
+                               log)
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
-        base = raw[c]["base"]
-        for v in FLAGS.memory_variants:
-            if v == "base":
-                continue
-            peak_ratio = [r["maxrss_kb"] / b["maxrss_kb"] for r, b in zip(raw[c][v], base)]
-            inc_ratio = [(r["maxrss_kb"] - r["rss_before_model_kb"]) /
-                         max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
-                         for r, b in zip(raw[c][v], base)]
-            entry[v] = {"peak_ratio": _summ(peak_ratio), "increment_ratio": _summ(inc_ratio),
-                        "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[c][v]]))
-                        / 1024}
-        entry["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
+        entry.update(benchlib.memory_ratios(raw[c], variants))
         out.append(entry)
     return out
 
