@@ -15,7 +15,6 @@ it always gets weight decay and the trust ratio). Model Garden matches patterns 
 bare name here.
 """
 
-import unittest
 
 import keras
 import numpy as np
@@ -150,32 +149,25 @@ class LayerwisePortsTest(tf.test.TestCase, parameterized.TestCase):
             self.assertGreater(diff, 100 * TOL["atol"], msg=str(flip))
 
 
-    # Library bug (reported, not fixed here): the ports accept `epsilon=0` (documented range
-    # ">= 0") and then divide 0 by 0 for an element whose gradient has been 0 so far:
-    # vrgd_tf.Lamb(0.1, epsilon=0.0) on w = (1, 2) with gradient (0.5, 0) gives
-    # w = (0.9, nan). Model Garden's LAMB replaces a falsy epsilon by the backend epsilon
-    # (`epsilon or tf.backend_config.epsilon()`, 1e-7), which is the behaviour the port
-    # claims to copy; expected: finite weights, the zero-gradient element unchanged.
-    @unittest.expectedFailure
-    def test_lamb_port_epsilon_zero_keeps_zero_gradient_elements_finite(self):
+    # Regression: the ports accepted `epsilon=0` (documented ">= 0") and then divided 0 by 0
+    # for an element whose gradient had been 0 so far: vrgd_tf.Lamb(0.1, epsilon=0.0) on
+    # w = (1, 2) with gradient (0.5, 0) gave w = (0.9, nan). Now refused by name.
+    def test_lamb_port_epsilon_zero_is_refused_by_name(self):
+        for cls in (vrgd_tf.Lamb, vrgd_tf.VRGDLamb):
+            with self.assertRaisesRegex(ValueError, "`epsilon` must be > 0"):
+                cls(0.1, epsilon=0.0)
         w = keras.Variable(np.array([1.0, 2.0], np.float32), name="w")
-        opt = vrgd_tf.Lamb(0.1, epsilon=0.0)
+        opt = vrgd_tf.Lamb(0.1, epsilon=1e-6)
         opt.apply_gradients([(tf.constant([0.5, 0.0]), w)])
         self.assertAllEqual(np.isfinite(w.numpy()), [True, True])
         self.assertEqual(float(w.numpy()[1]), 2.0)
 
-    # Library bug (reported, not fixed here): vrgd_tf.tf_keras.VRGDLamb(epsilon=0.0) passes
-    # the package's argument check (epsilon >= 0), then Model Garden's LAMB constructor runs
-    # `epsilon or tf.backend_config.epsilon()`, and TensorFlow 2.20 has no
-    # `tf.backend_config`: AttributeError "module 'tensorflow' has no attribute
-    # 'backend_config'". Expected: a ValueError naming `epsilon` at construction (the
-    # documented contract for arguments the base cannot take), or a working optimizer.
-    @unittest.expectedFailure
+    # Regression: vrgd_tf.tf_keras.VRGDLamb(epsilon=0.0) passed the argument check, then
+    # Model Garden's LAMB ran `epsilon or tf.backend_config.epsilon()`, an AttributeError on
+    # TensorFlow 2.20. Now a ValueError naming `epsilon` at construction.
     def test_tf_keras_vrgd_lamb_epsilon_zero_is_refused_by_name(self):
-        try:
+        with self.assertRaisesRegex(ValueError, "`epsilon` must be > 0"):
             vtk.VRGDLamb(0.1, epsilon=0.0)
-        except ValueError as e:
-            self.assertIn("epsilon", str(e))
 
 
 if __name__ == "__main__":

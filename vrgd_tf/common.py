@@ -21,7 +21,7 @@ from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
 
-def check_base_arguments(base_cls, args, kwargs) -> None:
+def check_base_arguments(base_cls, args, kwargs, positive=()) -> None:
     """Checks the base optimizer's constructor arguments by name, before anything is built.
 
     Plain numbers only (schedules and tensors pass): ``learning_rate``, ``epsilon``,
@@ -40,7 +40,7 @@ def check_base_arguments(base_cls, args, kwargs) -> None:
     if values.get("gradient_aggregator") is not None:
         raise ValueError("`gradient_aggregator` cannot be combined with VRGD: VRGD replaces "
                          "the cross-replica aggregation with its GSNR step.")
-    validation.check_optimizer_arguments(values)
+    validation.check_optimizer_arguments(values, positive=positive)
 
 
 VRGD_ARGS_DOC = """
@@ -163,6 +163,8 @@ class VRGDCommon:
     #: True for a base optimizer without a sparse update rule: ``tf.IndexedSlices``
     #: gradients reach it dense, on every replica count.
     _vrgd_densify_sparse = False
+    #: Constructor arguments the base needs > 0 (checked with the others, by name).
+    _vrgd_positive_args = ()
 
     def __init__(self, *args, gamma=0.1, beta_3=None, statistics_interval=1, **kwargs):
         base = self._vrgd_base_class
@@ -172,7 +174,7 @@ class VRGDCommon:
                                     owner=type(self).__name__,
                                     make_variable=self._vrgd_make_variable,
                                     var_key=self._vrgd_var_key)
-        check_base_arguments(base, args, kwargs)
+        check_base_arguments(base, args, kwargs, positive=self._vrgd_positive_args)
         params = list(inspect.signature(base.__init__).parameters)
         if "name" not in kwargs and ("name" not in params
                                      or len(args) < params.index("name") - 1):

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from vrgd_tf.naming import variable_name
 
-__all__ = ["check_count", "check_exclusion_list", "check_non_negative", "check_in_range",
+__all__ = ["check_count", "check_exclusion_list", "check_non_negative", "check_in_range", "check_positive",
            "check_optimizer_arguments", "check_variable_dtypes", "is_plain_number",
            "KERAS_FIX", "SMALLEST_GRADIENT", "rule_name"]
 
@@ -140,19 +140,48 @@ def check_exclusion_list(name: str, patterns) -> Optional[List[str]]:
     return out
 
 
-def check_optimizer_arguments(values: dict) -> None:
+def check_positive(name: str, value, why: str = ""):
+    """Raises ``ValueError`` if ``value`` is a plain number that is not > 0.
+
+    Tensors, variables, callables and schedules are not inspected.
+
+    Args:
+      name: the argument's name, quoted in the message.
+      value: the argument.
+      why: what goes wrong with 0, appended to the message.
+
+    Returns:
+      ``value`` unchanged.
+
+    Raises:
+      ValueError: ``value`` is a number <= 0 or NaN.
+    """
+    if _is_plain_number(value) and not float(value) > 0.0:
+        raise ValueError(f"`{name}` must be > 0; got {value}." + (f" {why}" if why else ""))
+    return value
+
+
+def check_optimizer_arguments(values: dict, positive=()) -> None:
     """Checks optimizer constructor arguments by name; unknown names pass.
 
     Plain numbers only (schedules and tensors pass): ``learning_rate``, ``epsilon``,
     ``weight_decay(_rate)``, ``eeta`` and ``momentum`` must be >= 0; ``beta_1`` and
     ``beta_2`` in [0, 1); the exclusion lists None or a list of regex strings.
 
+    Args:
+      values: argument name -> value.
+      positive: names that must be > 0 for this optimizer (e.g. LAMB's ``epsilon``,
+        which divides ``m_hat / (sqrt(v_hat) + epsilon)`` where ``v_hat`` can be 0).
+
     Raises:
       TypeError, ValueError: naming the argument and the allowed range.
     """
     for name in _NON_NEGATIVE:
         if name in values:
-            check_non_negative(name, values[name])
+            if name in positive:
+                check_positive(name, values[name], _POSITIVE.get(name, ""))
+            else:
+                check_non_negative(name, values[name])
     for name in _UNIT_INTERVAL:
         if name in values:
             check_in_range(name, values[name], 0.0, 1.0, high_open=True)

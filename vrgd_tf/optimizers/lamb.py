@@ -32,7 +32,8 @@ class Lamb(LayerwiseOptimizer):
         Default 0.001.
       beta_1: float in [0, 1), decay of the first moment. Default 0.9.
       beta_2: float in [0, 1), decay of the second moment. Default 0.999.
-      epsilon: float >= 0 added to ``sqrt(v_hat)``. Default 1e-6 (Model Garden's).
+      epsilon: float > 0 added to ``sqrt(v_hat)`` (0 would give 0/0 for an element whose
+        gradient has been 0; ValueError). Default 1e-6 (Model Garden's).
       weight_decay_rate: float >= 0, decoupled weight decay added to the update before the
         trust ratio. Default 0.
       exclude_from_weight_decay: None or list of regex strings; variables whose name
@@ -56,7 +57,7 @@ class Lamb(LayerwiseOptimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LAMB", **kwargs):
-        validation.check_optimizer_arguments(dict(locals()))
+        validation.check_optimizer_arguments(dict(locals()), positive=("epsilon",))
         super().__init__(
             learning_rate, name=name, exclude_from_weight_decay=exclude_from_weight_decay,
             exclude_from_layer_adaptation=exclude_from_layer_adaptation, **kwargs)

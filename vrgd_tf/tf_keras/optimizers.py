@@ -262,5 +262,8 @@ class VRGDLamb(_TfKerasVRGDMixin, _mg_lamb.LAMB):
     """VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB`
     (`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,
     `exclude_from_weight_decay`, `exclude_from_layer_adaptation`) with the factor applied
-    before the moment estimates.
+    before the moment estimates. ``epsilon`` must be > 0 (ValueError): Model Garden's
+    LAMB would replace 0 by a backend constant that TensorFlow 2.20 no longer has.
     """
+
+    _vrgd_positive_args = ("epsilon",)
