@@ -34,6 +34,7 @@ DATA_CACHE = os.path.join(RESULTS_DIR, "data")
 # Devices and strategies
 # --------------------------------------------------------------------------------------------
 
+
 def setup_devices(num_logical):
     """Splits the physical CPU into ``num_logical`` logical devices (before TF initialises);
     returns how many there are."""
@@ -51,14 +52,15 @@ def strategy_for(k):
     """
     if k not in _STRATEGIES:
         _STRATEGIES[k] = tf.distribute.MirroredStrategy(
-            [f"/cpu:{i}" for i in range(k)],
-            cross_device_ops=tf.distribute.ReductionToOneDevice())
+            [f"/cpu:{i}" for i in range(k)], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
     return _STRATEGIES[k]
 
 
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
+
 
 def load_mnist1d(num_train, num_test, seed=0):
     """MNIST-1D generated locally with ``mnist1d.data.make_dataset`` (never downloaded).
@@ -72,10 +74,17 @@ def load_mnist1d(num_train, num_test, seed=0):
     """
     os.makedirs(DATA_CACHE, exist_ok=True)
     path = os.path.join(DATA_CACHE, f"mnist1d_{num_train}_{num_test}_seed{seed}.npz")
-    info = {"name": "mnist1d", "generator": "mnist1d.data.make_dataset",
-            "num_train": num_train, "num_test": num_test, "seed": seed, "cache": path}
+    info = {
+        "name": "mnist1d",
+        "generator": "mnist1d.data.make_dataset",
+        "num_train": num_train,
+        "num_test": num_test,
+        "seed": seed,
+        "cache": path,
+    }
     if not os.path.exists(path):
         from mnist1d.data import get_dataset_args, make_dataset
+
         args = get_dataset_args()
         total = num_train + num_test
         # make_dataset generates num_samples // 10 per class; keep the total divisible.
@@ -92,11 +101,14 @@ def load_mnist1d(num_train, num_test, seed=0):
         info["generated_s"] = round(time.time() - t0, 1)
     d = np.load(path)
     import mnist1d  # noqa: F401  (version for the record)
+
     info["mnist1d_version"] = _dist_version("mnist1d")
     out = {
-        "x": d["x"].astype(np.float32)[..., None], "y": d["y"].astype(np.int32),
+        "x": d["x"].astype(np.float32)[..., None],
+        "y": d["y"].astype(np.int32),
         "x_test": d["x_test"].astype(np.float32)[..., None],
-        "y_test": d["y_test"].astype(np.int32), "info": info,
+        "y_test": d["y_test"].astype(np.int32),
+        "info": info,
     }
     assert out["x"].shape[0] == num_train and out["x_test"].shape[0] == num_test
     return out
@@ -109,21 +121,34 @@ def load_digits_1d(test_fraction=0.2, seed=0):
     """
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
     digits = load_digits()
-    x = (digits.data.astype(np.float32) / 16.0)
+    x = digits.data.astype(np.float32) / 16.0
     x = (x - x.mean()) / x.std()
     y = digits.target.astype(np.int32)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction,
-                                              random_state=seed, stratify=y)
-    return {"x": x_tr[..., None], "y": y_tr, "x_test": x_te[..., None], "y_test": y_te,
-            "info": {"name": "digits", "source": "sklearn.datasets.load_digits",
-                     "num_train": len(y_tr), "num_test": len(y_te), "seed": seed,
-                     "layout": "8x8 flattened row-major to 64 points"}}
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y
+    )
+    return {
+        "x": x_tr[..., None],
+        "y": y_tr,
+        "x_test": x_te[..., None],
+        "y_test": y_te,
+        "info": {
+            "name": "digits",
+            "source": "sklearn.datasets.load_digits",
+            "num_train": len(y_tr),
+            "num_test": len(y_te),
+            "seed": seed,
+            "layout": "8x8 flattened row-major to 64 points",
+        },
+    }
 
 
 def load_digits_images(size=32):
     """scikit-learn digits as ``size`` x ``size`` x 3 images (nearest upscaling), labels."""
     from sklearn.datasets import load_digits
+
     digits = load_digits()
     img = digits.images.astype(np.float32) / 16.0
     rep = size // 8
@@ -136,18 +161,23 @@ def load_digits_images(size=32):
 # Models
 # --------------------------------------------------------------------------------------------
 
+
 def cnn1d(length, channels=1, num_classes=10, width=32):
     """A small 1-D CNN: conv5 -> conv3/2 -> conv3/2 (ReLU, ``width`` channels) -> dense."""
     import keras
+
     layers = keras.layers
-    return keras.Sequential([
-        keras.Input((length, channels)),
-        layers.Conv1D(width, 5, padding="same", activation="relu", name="conv1"),
-        layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv2"),
-        layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv3"),
-        layers.Flatten(),
-        layers.Dense(num_classes, name="logits"),
-    ], name="cnn1d")
+    return keras.Sequential(
+        [
+            keras.Input((length, channels)),
+            layers.Conv1D(width, 5, padding="same", activation="relu", name="conv1"),
+            layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv2"),
+            layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv3"),
+            layers.Flatten(),
+            layers.Dense(num_classes, name="logits"),
+        ],
+        name="cnn1d",
+    )
 
 
 def fashion_cnn(num_classes=10):
@@ -155,17 +185,21 @@ def fashion_cnn(num_classes=10):
     BatchNorm, 28x28x1 input: conv3x3(16) -> pool -> conv3x3(32) -> pool -> conv3x3(48) ->
     global average pool -> dense."""
     import keras
+
     layers = keras.layers
-    return keras.Sequential([
-        keras.Input((28, 28, 1)),
-        layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1"),
-        layers.MaxPooling2D(2),
-        layers.Conv2D(32, 3, padding="same", activation="relu", name="conv2"),
-        layers.MaxPooling2D(2),
-        layers.Conv2D(48, 3, padding="same", activation="relu", name="conv3"),
-        layers.GlobalAveragePooling2D(),
-        layers.Dense(num_classes, name="logits"),
-    ], name="fashion_cnn")
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1"),
+            layers.MaxPooling2D(2),
+            layers.Conv2D(32, 3, padding="same", activation="relu", name="conv2"),
+            layers.MaxPooling2D(2),
+            layers.Conv2D(48, 3, padding="same", activation="relu", name="conv3"),
+            layers.GlobalAveragePooling2D(),
+            layers.Dense(num_classes, name="logits"),
+        ],
+        name="fashion_cnn",
+    )
 
 
 def load_fashion_mnist(data_dir=None, split_seed=0):
@@ -173,14 +207,23 @@ def load_fashion_mnist(data_dir=None, split_seed=0):
     (``x``/``y`` train, ``x_val``/``y_val``, ``x_test``/``y_test``); see
     :mod:`vrgd_tf.data.fashion_mnist` for the files and the checks."""
     from vrgd_tf.data import fashion_mnist
+
     d = fashion_mnist.load(data_dir or fashion_mnist.DEFAULT_DIR, split_seed=split_seed)
-    return {"x": d.x_train, "y": d.y_train, "x_val": d.x_val, "y_val": d.y_val,
-            "x_test": d.x_test, "y_test": d.y_test, "name": "fashion_mnist"}
+    return {
+        "x": d.x_train,
+        "y": d.y_train,
+        "x_val": d.x_val,
+        "y_val": d.y_val,
+        "x_test": d.x_test,
+        "y_test": d.y_test,
+        "name": "fashion_mnist",
+    }
 
 
 def resnet_cifar(depth=20, input_shape=(32, 32, 3), num_classes=10, width=16):
     """ResNet-(6n+2) for 32x32 inputs (He et al. 2016, CIFAR variant), Keras 3 functional."""
     import keras
+
     layers = keras.layers
     n = (depth - 2) // 6
     inp = keras.Input(input_shape)
@@ -188,7 +231,7 @@ def resnet_cifar(depth=20, input_shape=(32, 32, 3), num_classes=10, width=16):
     x = layers.BatchNormalization()(x)
     x = layers.Activation("relu")(x)
     for stage in range(3):
-        filters = width * (2 ** stage)
+        filters = width * (2**stage)
         for block in range(n):
             strides = 2 if stage > 0 and block == 0 else 1
             shortcut = x
@@ -212,27 +255,34 @@ def resnet_cifar(depth=20, input_shape=(32, 32, 3), num_classes=10, width=16):
 
 #: Optimizer pairs: name -> (base class path, VR class path, constructor kwargs, VR beta_3).
 PAIRS = ("momentum", "adam", "lamb", "lars")
-PAIR_LABELS = {"momentum": "Momentum (SGD m=0.9)", "adam": "Adam", "lamb": "LAMB",
-               "lars": "LARS"}
+PAIR_LABELS = {"momentum": "Momentum (SGD m=0.9)", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
 _EXCLUDE = ["bias"]
 
 
 def optimizer_classes(pair):
     """(base class, VR class, extra kwargs) for a pair name."""
     import keras
+
     import vrgd_tf
+
     if pair == "momentum":
         return keras.optimizers.SGD, vrgd_tf.VRGDSGD, {"momentum": 0.9}
     if pair == "adam":
         return keras.optimizers.Adam, vrgd_tf.VRGDAdam, {}
     if pair == "lamb":
-        return vrgd_tf.Lamb, vrgd_tf.VRGDLamb, {
-            "weight_decay_rate": 0.01, "exclude_from_weight_decay": _EXCLUDE}
+        return (
+            vrgd_tf.Lamb,
+            vrgd_tf.VRGDLamb,
+            {"weight_decay_rate": 0.01, "exclude_from_weight_decay": _EXCLUDE},
+        )
     if pair == "lars":
         # No exclusions: an excluded (trust ratio 1) bias would take LARS's large global
         # learning rate raw and diverge; every variable is layer-adapted here.
-        return vrgd_tf.Lars, vrgd_tf.VRGDLars, {
-            "momentum": 0.9, "eeta": 0.001, "weight_decay_rate": 1e-4}
+        return (
+            vrgd_tf.Lars,
+            vrgd_tf.VRGDLars,
+            {"momentum": 0.9, "eeta": 0.001, "weight_decay_rate": 1e-4},
+        )
     raise ValueError(f"unknown pair {pair!r}")
 
 
@@ -288,9 +338,11 @@ def make_schedule():
 # Training
 # --------------------------------------------------------------------------------------------
 
+
 def init_weights(build_model, seed):
     """Initial weights of ``build_model()`` for ``seed`` (built outside any strategy)."""
     import keras
+
     keras.utils.set_random_seed(seed)
     model = build_model()
     weights = model.get_weights()
@@ -316,8 +368,11 @@ class Trainer:
             self.optimizer = make_opt(self.schedule)
             self.optimizer.build(self.model.trainable_variables)
         cfg = self.optimizer.get_config()
-        self.optimizer_config = {k: v for k, v in cfg.items() if k != "learning_rate"
-                                 and isinstance(v, (int, float, str, bool, list, type(None)))}
+        self.optimizer_config = {
+            k: v
+            for k, v in cfg.items()
+            if k != "learning_rate" and isinstance(v, (int, float, str, bool, list, type(None)))
+        }
         self._train = tf.function(self._train_impl)
         self._eval = tf.function(self._eval_impl)
         self._weight_cache = {}
@@ -338,7 +393,7 @@ class Trainer:
             k = ctx.num_replicas_in_sync
             rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
             per = batch // k
-            mine = idx[rid * per:(rid + 1) * per]
+            mine = idx[rid * per : (rid + 1) * per]
             xb = tf.gather(x, mine)
             yb = tf.gather(y, mine)
             with tf.GradientTape() as tape:
@@ -350,29 +405,38 @@ class Trainer:
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
         for s in tf.range(start, start + num_steps):
-            idx = perm[s * batch:(s + 1) * batch]
+            idx = perm[s * batch : (s + 1) * batch]
             self.strategy.run(replica_step, args=(idx,))
         return num_steps
 
     def _eval_impl(self, x, y):
         logits = self.model(x, training=False)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-        acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y),
-                                     tf.float32))
+        acc = tf.reduce_mean(
+            tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
+        )
         return acc, loss
 
     def train_steps(self, x, y, perm, start, batch, num_steps):
         """Steps ``start .. start + num_steps - 1`` of an epoch with permutation ``perm``."""
-        return int(self._train(x, y, tf.constant(perm, tf.int32), tf.constant(start, tf.int32),
-                               tf.constant(batch, tf.int32), tf.constant(num_steps, tf.int32)))
+        return int(
+            self._train(
+                x,
+                y,
+                tf.constant(perm, tf.int32),
+                tf.constant(start, tf.int32),
+                tf.constant(batch, tf.int32),
+                tf.constant(num_steps, tf.int32),
+            )
+        )
 
     def evaluate(self, x, y, chunk=20000):
         n = int(x.shape[0])
         accs, losses, sizes = [], [], []
         for i in range(0, n, chunk):
-            a, l = self._eval(x[i:i + chunk], y[i:i + chunk])
+            a, loss = self._eval(x[i : i + chunk], y[i : i + chunk])
             accs.append(float(a))
-            losses.append(float(l))
+            losses.append(float(loss))
             sizes.append(min(chunk, n - i))
         w = np.asarray(sizes, np.float64) / n
         return float(np.dot(accs, w)), float(np.dot(losses, w))
@@ -381,13 +445,29 @@ class Trainer:
         """``{variable: [mean_gsnr, frac_at_gamma, frac_at_one]}`` or None for a base optimizer."""
         if not hasattr(self.optimizer, "vrgd_statistics"):
             return None
-        return {name: [round(v["mean_gsnr"], 6), round(v["frac_at_gamma"], 6),
-                       round(v["frac_at_one"], 6)]
-                for name, v in self.optimizer.vrgd_statistics().items()}
+        return {
+            name: [
+                round(v["mean_gsnr"], 6),
+                round(v["frac_at_gamma"], 6),
+                round(v["frac_at_one"], 6),
+            ]
+            for name, v in self.optimizer.vrgd_statistics().items()
+        }
 
 
-def train_run(trainer, data, *, seed, batch, epochs, peak_lr, warmup_frac, evals_per_epoch=1,
-              train_eval_subset=10000, log=print):
+def train_run(
+    trainer,
+    data,
+    *,
+    seed,
+    batch,
+    epochs,
+    peak_lr,
+    warmup_frac,
+    evals_per_epoch=1,
+    train_eval_subset=10000,
+    log=print,
+):
     """Trains from scratch for a fixed number of epochs; returns the per-run record.
 
     Same seed -> same initial weights and same data order, whatever the optimizer.
@@ -422,10 +502,16 @@ def train_run(trainer, data, *, seed, batch, epochs, peak_lr, warmup_frac, evals
             done = b
             test_acc, test_loss = trainer.evaluate(data["tf_x_test"], data["tf_y_test"])
             tr_acc, tr_loss = trainer.evaluate(x[:sub], y[:sub])
-            curve.append({"epoch": round(epoch + b / steps_per_epoch, 4), "step": step,
-                          "test_acc": round(test_acc, 5), "test_loss": round(test_loss, 5),
-                          "train_acc_subset": round(tr_acc, 5),
-                          "train_loss_subset": round(tr_loss, 5)})
+            curve.append(
+                {
+                    "epoch": round(epoch + b / steps_per_epoch, 4),
+                    "step": step,
+                    "test_acc": round(test_acc, 5),
+                    "test_loss": round(test_loss, 5),
+                    "train_acc_subset": round(tr_acc, 5),
+                    "train_loss_subset": round(tr_loss, 5),
+                }
+            )
         snap = trainer.gsnr_snapshot()
         if snap is not None:
             gsnr.append({"epoch": epoch + 1, "step": step, "stats": snap})
@@ -433,13 +519,25 @@ def train_run(trainer, data, *, seed, batch, epochs, peak_lr, warmup_frac, evals
     test_acc, test_loss = curve[-1]["test_acc"], curve[-1]["test_loss"]
     diverged = not (math.isfinite(train_loss) and math.isfinite(test_loss))
     record = {
-        "seed": seed, "batch": batch, "epochs": epochs, "steps": total,
-        "steps_per_epoch": steps_per_epoch, "warmup_steps": warmup, "peak_lr": peak_lr,
-        "final": {"test_acc": test_acc, "test_loss": test_loss,
-                  "train_acc": round(train_acc, 5), "train_loss": round(train_loss, 5),
-                  "gap": round(train_acc - test_acc, 5), "diverged": diverged},
-        "curve": curve, "gsnr": gsnr,
-        "wall_s": round(time.time() - t0, 2), "train_s": round(train_time, 2),
+        "seed": seed,
+        "batch": batch,
+        "epochs": epochs,
+        "steps": total,
+        "steps_per_epoch": steps_per_epoch,
+        "warmup_steps": warmup,
+        "peak_lr": peak_lr,
+        "final": {
+            "test_acc": test_acc,
+            "test_loss": test_loss,
+            "train_acc": round(train_acc, 5),
+            "train_loss": round(train_loss, 5),
+            "gap": round(train_acc - test_acc, 5),
+            "diverged": diverged,
+        },
+        "curve": curve,
+        "gsnr": gsnr,
+        "wall_s": round(time.time() - t0, 2),
+        "train_s": round(train_time, 2),
     }
     return record
 
@@ -457,9 +555,11 @@ def prepare(data):
 # Results files
 # --------------------------------------------------------------------------------------------
 
+
 def _dist_version(name):
     try:
         from importlib.metadata import version
+
         return version(name)
     except Exception:  # pragma: no cover
         return None
@@ -470,36 +570,47 @@ def library_state():
     library sources actually imported (other people edit the library concurrently)."""
     import hashlib
     import subprocess
+
     import vrgd_tf
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pkg = os.path.dirname(os.path.abspath(vrgd_tf.__file__))
 
     def git(*args):
         try:
-            return subprocess.run(["git", "-C", root] + list(args), capture_output=True,
-                                  text=True, timeout=20).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", root] + list(args), capture_output=True, text=True, timeout=20
+            ).stdout.strip()
         except Exception:  # pragma: no cover
             return None
+
     h = hashlib.sha256()
     for dirpath, _, files in sorted(os.walk(pkg)):
         for f in sorted(files):
             if f.endswith(".py"):
                 with open(os.path.join(dirpath, f), "rb") as fh:
                     h.update(f.encode() + fh.read())
-    return {"git_head": git("rev-parse", "HEAD"),
-            "git_status_vrgd_tf": git("status", "--porcelain", "vrgd_tf"),
-            "vrgd_tf_sources_sha256": h.hexdigest()[:16]}
+    return {
+        "git_head": git("rev-parse", "HEAD"),
+        "git_status_vrgd_tf": git("status", "--porcelain", "vrgd_tf"),
+        "vrgd_tf_sources_sha256": h.hexdigest()[:16],
+    }
 
 
 def environment():
     """Versions and machine facts recorded in every results file."""
     import keras
+
     return {
         "library": library_state(),
-        "python": sys.version.split()[0], "tensorflow": tf.__version__,
-        "keras": keras.__version__, "vrgd_tf": _dist_version("vrgd_tf"),
-        "mnist1d": _dist_version("mnist1d"), "scikit-learn": _dist_version("scikit-learn"),
-        "platform": platform.platform(), "host": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "vrgd_tf": _dist_version("vrgd_tf"),
+        "mnist1d": _dist_version("mnist1d"),
+        "scikit-learn": _dist_version("scikit-learn"),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
         "cpu_count": os.cpu_count(),
         "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
@@ -508,8 +619,9 @@ def environment():
 def command_line():
     """The command that is running, relative to the repository root when possible."""
     argv = list(sys.argv)
-    script = os.path.relpath(os.path.abspath(argv[0]),
-                             os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.relpath(
+        os.path.abspath(argv[0]), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
     return " ".join(["python", script] + argv[1:])
 
 
@@ -558,14 +670,17 @@ def peak_kb():
 def summarize(values):
     """``{"min", "median", "max", "n"}`` of a list of numbers."""
     v = np.asarray(values, np.float64)
-    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
-            "n": int(v.size)}
+    return {
+        "min": float(v.min()),
+        "median": float(np.median(v)),
+        "max": float(v.max()),
+        "n": int(v.size),
+    }
 
 
 def state_bytes(opt, model):
     """Exact bytes of optimizer state and of the model, summed over replica copies."""
-    variables = opt.variables if not callable(getattr(opt, "variables", None)) else \
-        opt.variables()
+    variables = opt.variables if not callable(getattr(opt, "variables", None)) else opt.variables()
 
     def total(vs):
         out = 0
@@ -575,8 +690,11 @@ def state_bytes(opt, model):
             size = int(np.prod(v.shape)) if len(v.shape) else 1
             out += copies * size * tf.as_dtype(v.dtype).size
         return out
-    return {"optimizer_state_bytes": total(variables),
-            "model_bytes": total(model.trainable_variables)}
+
+    return {
+        "optimizer_state_bytes": total(variables),
+        "model_bytes": total(model.trainable_variables),
+    }
 
 
 class StepTimer:
@@ -619,8 +737,7 @@ class StepTimer:
 _SAME_AS_BASE = ("base", "sq", "base_allreduce")
 
 
-def time_variants(make_timers, variant_names, steps, reps, log, checks=None,
-                  weights_out=None):
+def time_variants(make_timers, variant_names, steps, reps, log, checks=None, weights_out=None):
     """Interleaved timing; returns per-variant times and per-rep ratios to ``base``.
 
     Every variant is built (``make_timers(name)``, a :class:`StepTimer`), traced and warmed
@@ -638,9 +755,9 @@ def time_variants(make_timers, variant_names, steps, reps, log, checks=None,
     for v in variant_names:
         t0 = time.time()
         timers[v] = make_timers(v)
-        timers[v].time(1)          # trace
+        timers[v].time(1)  # trace
         build_s[v] = {"build_and_first_step": round(time.time() - t0, 2)}
-        timers[v].time(steps)      # warm-up
+        timers[v].time(steps)  # warm-up
         try:
             sbytes[v] = timers[v].state_bytes()
         except Exception as e:  # pragma: no cover
@@ -654,11 +771,13 @@ def time_variants(make_timers, variant_names, steps, reps, log, checks=None,
         log(f"  built {v} ({time.time() - t0:.1f}s, {ops[v]} graph ops/step)")
     times = {v: [] for v in variant_names}
     for r in range(reps):
-        order = variant_names[r % len(variant_names):] + variant_names[:r % len(variant_names)]
+        order = variant_names[r % len(variant_names) :] + variant_names[: r % len(variant_names)]
         for v in order:
             times[v].append(timers[v].time(steps))
-        log("  rep %d: %s" % (r, ", ".join(f"{v}={times[v][-1] * 1e3:.1f}ms"
-                                             for v in variant_names)))
+        log(
+            "  rep %d: %s"
+            % (r, ", ".join(f"{v}={times[v][-1] * 1e3:.1f}ms" for v in variant_names))
+        )
     ratios = {v: [t / b for t, b in zip(times[v], times["base"])] for v in variant_names}
     # Equivalence: all variants did the same number of steps from the same weights on the
     # same batch, so base~sq~base_allreduce and vr~vr_nostats up to float summation order.
@@ -681,9 +800,10 @@ def time_variants(make_timers, variant_names, steps, reps, log, checks=None,
         "step_ms": {v: summarize([t * 1e3 for t in times[v]]) for v in variant_names},
         "ratio": {v: summarize(ratios[v]) for v in variant_names},
         # Robust to load spikes: the fastest repetition of each variant.
-        "ratio_of_min": {v: float(np.min(times[v]) / np.min(times["base"]))
-                         for v in variant_names},
-        "raw_step_s": times, "graph_ops": ops, "weights_check": diffs,
+        "ratio_of_min": {v: float(np.min(times[v]) / np.min(times["base"])) for v in variant_names},
+        "raw_step_s": times,
+        "graph_ops": ops,
+        "weights_check": diffs,
         "state_bytes": sbytes,
         # Seconds to build the variant and run its first call (tracing, graph optimisation).
         "build_s": {v: b["build_and_first_step"] for v, b in build_s.items()},
@@ -709,12 +829,13 @@ def run_child(script, args, log):
     """Runs ``python script args`` and returns (the JSON it printed after RESULT_TAG,
     seconds); logs the child's stderr tail and raises if there is none."""
     import subprocess
+
     cmd = [sys.executable, os.path.abspath(script)] + list(args)
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):]), time.time() - t0
+            return json.loads(line[len(RESULT_TAG) :]), time.time() - t0
     log(proc.stderr[-3000:])
     raise RuntimeError(f"child failed: {' '.join(cmd)} (rc {proc.returncode})")
 
@@ -728,9 +849,13 @@ def memory_result(rss_before_model_kb):
     """What a memory child reports after its steps: peak RSS (VmHWM), the RSS just before
     the model was built, the RSS now and ``ru_maxrss`` (for comparison only)."""
     import resource
-    return {"maxrss_kb": peak_kb(), "rss_before_model_kb": rss_before_model_kb,
-            "rss_end_kb": rss_kb(),
-            "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+    return {
+        "maxrss_kb": peak_kb(),
+        "rss_before_model_kb": rss_before_model_kb,
+        "rss_end_kb": rss_kb(),
+        "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
 
 
 def memory_runs(script, configs, variants, reps, child_args, log):
@@ -747,13 +872,15 @@ def memory_runs(script, configs, variants, reps, child_args, log):
     for rep in range(reps):
         for c in configs:
             vs = names[c]
-            vs = vs[rep % len(vs):] + vs[:rep % len(vs)]
+            vs = vs[rep % len(vs) :] + vs[: rep % len(vs)]
             for v in vs:
                 res, dt = run_child(script, child_args(c, v), log)
                 raw[c][v].append(res)
-                log(f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
+                log(
+                    f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
                     f"increment {(res['maxrss_kb'] - res['rss_before_model_kb']) / 1024:.0f}"
-                    f" MB ({dt:.0f}s)")
+                    f" MB ({dt:.0f}s)"
+                )
     return raw
 
 
@@ -767,11 +894,16 @@ def memory_ratios(raw, variants):
         if v == "base":
             continue
         peak_ratio = [r["maxrss_kb"] / b["maxrss_kb"] for r, b in zip(raw[v], base)]
-        inc_ratio = [(r["maxrss_kb"] - r["rss_before_model_kb"]) /
-                     max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
-                     for r, b in zip(raw[v], base)]
-        out[v] = {"peak_ratio": summarize(peak_ratio), "increment_ratio": summarize(inc_ratio),
-                  "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024}
+        inc_ratio = [
+            (r["maxrss_kb"] - r["rss_before_model_kb"])
+            / max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
+            for r, b in zip(raw[v], base)
+        ]
+        out[v] = {
+            "peak_ratio": summarize(peak_ratio),
+            "increment_ratio": summarize(inc_ratio),
+            "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024,
+        }
     out["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
     return out
 
@@ -794,9 +926,16 @@ def bert_tiny(seq):
     """Model Garden ``BertEncoder`` 2 layers x 128 hidden (tf_keras) in ``BertPretrainerV2``
     with its tied masked-LM head."""
     from official.nlp.modeling import models, networks
+
     encoder = networks.BertEncoder(
-        vocab_size=30522, hidden_size=128, num_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_sequence_length=seq, type_vocab_size=2)
+        vocab_size=30522,
+        hidden_size=128,
+        num_layers=2,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_sequence_length=seq,
+        type_vocab_size=2,
+    )
     return models.BertPretrainerV2(encoder_network=encoder)
 
 
@@ -804,20 +943,33 @@ def bert_random_batch(batch, seq, num_masked=20):
     """A fixed masked-LM batch of random token ids (timing only): (features, labels)."""
     rng = np.random.default_rng(0)
     ids = rng.integers(1000, 30522, size=(batch, seq)).astype(np.int32)
-    pos = np.sort(np.stack([rng.choice(np.arange(1, seq), num_masked, replace=False)
-                            for _ in range(batch)]), axis=1).astype(np.int32)
+    pos = np.sort(
+        np.stack([rng.choice(np.arange(1, seq), num_masked, replace=False) for _ in range(batch)]),
+        axis=1,
+    ).astype(np.int32)
     labels = np.take_along_axis(ids, pos, 1)
-    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-            "input_type_ids": np.zeros_like(ids), "masked_lm_positions": pos}, labels
+    return {
+        "input_word_ids": ids,
+        "input_mask": np.ones_like(ids),
+        "input_type_ids": np.zeros_like(ids),
+        "masked_lm_positions": pos,
+    }, labels
 
 
 def bert_lamb(variant, learning_rate=1e-3):
     """Model Garden ``lamb.LAMB`` (``variant='base'``) or a variant of ``variants.py``
     against ``vrgd_tf.tf_keras.VRGDLamb`` (``'vr'`` is the library's class), BERT's weight
     decay 0.01 and exclusions."""
-    import variants
     from official.modeling.optimization import lamb as mg_lamb
+
     from vrgd_tf import tf_keras as vtk
+
+    import variants
+
     cls, extra = variants.make_tf_keras_variant(variant, mg_lamb.LAMB, vtk.VRGDLamb)
-    return cls(learning_rate=learning_rate, weight_decay_rate=0.01,
-               exclude_from_weight_decay=BERT_EXCLUDE, **extra)
+    return cls(
+        learning_rate=learning_rate,
+        weight_decay_rate=0.01,
+        exclude_from_weight_decay=BERT_EXCLUDE,
+        **extra,
+    )

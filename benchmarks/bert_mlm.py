@@ -24,13 +24,13 @@ import subprocess
 import sys
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import benchlib  # noqa: E402
 from vrgd_tf import summaries  # noqa: E402
+
+import benchlib  # noqa: E402
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,11 +38,16 @@ CPU_CONFIGS = os.path.join(REPO, "official_configs", "cpu")
 YAML_BATCH, YAML_LR = 64, 0.01  # official_configs/cpu/tiny_bert_shakespeare_*.yaml
 
 flags.DEFINE_bool("quick", False, "1 seed, 20 steps, batch 64 (minutes).")
-flags.DEFINE_string("out", None, "JSON results; default benchmarks/results/bert_mlm.json "
-                    "(bert_mlm_quick.json with --quick).")
-flags.DEFINE_string("data_dir", os.path.join(os.path.expanduser("~"), ".cache", "vrgd_tf",
-                                             "bench_shakespeare"),
-                    "Prepared Shakespeare TFRecords (made if missing).")
+flags.DEFINE_string(
+    "out",
+    None,
+    "JSON results; default benchmarks/results/bert_mlm.json (bert_mlm_quick.json with --quick).",
+)
+flags.DEFINE_string(
+    "data_dir",
+    os.path.join(os.path.expanduser("~"), ".cache", "vrgd_tf", "bench_shakespeare"),
+    "Prepared Shakespeare TFRecords (made if missing).",
+)
 flags.DEFINE_string("run_dir", "/tmp/vrgd_bert_mlm", "Model directories of the runs.")
 flags.DEFINE_integer("seeds", 3, "Seeds 0 .. seeds-1.", lower_bound=1)
 flags.DEFINE_integer("steps", 200, "Train steps per run.", lower_bound=10)
@@ -50,19 +55,25 @@ flags.DEFINE_integer("global_batch", 512, "Global batch (sequences).", lower_bou
 flags.DEFINE_integer("replicas", 8, "Logical CPU replicas.", lower_bound=2)
 flags.DEFINE_bool("resume", True, "Skip runs already in --out.")
 
-OPTIMIZERS = {"lamb": "tiny_bert_shakespeare_lamb.yaml",
-              "vrgd_lamb": "tiny_bert_shakespeare_vrlamb.yaml"}
+OPTIMIZERS = {
+    "lamb": "tiny_bert_shakespeare_lamb.yaml",
+    "vrgd_lamb": "tiny_bert_shakespeare_vrlamb.yaml",
+}
 
 
 def read_scalars(event_dir):
     """``{tag: {step: value}}`` of the scalar summaries in ``event_dir`` (not recursive)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     out = {}
     for path in sorted(glob.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                v = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
-                     else value.simple_value)
+                v = (
+                    float(tf.make_ndarray(value.tensor))
+                    if value.HasField("tensor")
+                    else value.simple_value
+                )
                 out.setdefault(value.tag, {})[int(event.step)] = v
     return out
 
@@ -86,16 +97,28 @@ def run_one(opt, seed, steps, batch, lr, data_dir, model_dir):
     ]
     if opt.startswith("vrgd_"):
         overrides.append(f"trainer.optimizer_config.optimizer.{opt}.statistics_interval={loop}")
-    cmd = [sys.executable, os.path.join(REPO, "tpu_scripts", "train.py"),
-           "--experiment=vrgd_bert_pretraining", "--mode=train_and_eval",
-           f"--cpu_replicas={FLAGS.replicas}", f"--model_dir={model_dir}", f"--seed={seed}",
-           f"--config_file={os.path.join(CPU_CONFIGS, OPTIMIZERS[opt])}",
-           "--params_override=" + ",".join(overrides)]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "tpu_scripts", "train.py"),
+        "--experiment=vrgd_bert_pretraining",
+        "--mode=train_and_eval",
+        f"--cpu_replicas={FLAGS.replicas}",
+        f"--model_dir={model_dir}",
+        f"--seed={seed}",
+        f"--config_file={os.path.join(CPU_CONFIGS, OPTIMIZERS[opt])}",
+        "--params_override=" + ",".join(overrides),
+    ]
     start = time.time()
     log_path = model_dir + ".log"
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), check=False)
+        proc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            check=False,
+        )
     seconds = time.time() - start
     if proc.returncode != 0:
         with open(log_path) as f:
@@ -104,15 +127,26 @@ def run_one(opt, seed, steps, batch, lr, data_dir, model_dir):
     val = read_scalars(os.path.join(model_dir, "validation"))
     last = lambda tag: val[tag][max(val[tag])]  # noqa: E731
     return {
-        "optimizer": opt, "seed": seed, "steps": steps, "global_batch": batch,
-        "peak_lr": lr, "warmup_steps": warmup, "replicas": FLAGS.replicas,
-        "final": {"mlm_accuracy": last("masked_lm_accuracy"),
-                  "mlm_loss": last("lm_example_loss"),
-                  "nsp_accuracy": last("next_sentence_accuracy")},
+        "optimizer": opt,
+        "seed": seed,
+        "steps": steps,
+        "global_batch": batch,
+        "peak_lr": lr,
+        "warmup_steps": warmup,
+        "replicas": FLAGS.replicas,
+        "final": {
+            "mlm_accuracy": last("masked_lm_accuracy"),
+            "mlm_loss": last("lm_example_loss"),
+            "nsp_accuracy": last("next_sentence_accuracy"),
+        },
         "train_loss": train.get("training_loss", {}),
-        "gsnr": {tag.split("/")[-1]: values for tag, values in train.items()
-                 if tag.startswith(summaries.HEADLINE_PREFIXES)},
-        "wall_s": seconds, "command": cmd,
+        "gsnr": {
+            tag.split("/")[-1]: values
+            for tag, values in train.items()
+            if tag.startswith(summaries.HEADLINE_PREFIXES)
+        },
+        "wall_s": seconds,
+        "command": cmd,
     }
 
 
@@ -122,15 +156,28 @@ def main(argv):
         seeds, steps, batch = 1, 20, 64
     else:
         seeds, steps, batch = FLAGS.seeds, FLAGS.steps, FLAGS.global_batch
-    out = FLAGS.out or os.path.join(REPO, "benchmarks", "results",
-                                    "bert_mlm_quick.json" if FLAGS.quick else "bert_mlm.json")
+    out = FLAGS.out or os.path.join(
+        REPO, "benchmarks", "results", "bert_mlm_quick.json" if FLAGS.quick else "bert_mlm.json"
+    )
     lr = round(benchlib.scaled_lr(YAML_LR, batch, YAML_BATCH), 6)
-    config = {"quick": FLAGS.quick, "seeds": seeds, "steps": steps, "global_batch": batch,
-              "replicas": FLAGS.replicas, "peak_lr": lr, "lr_rule": "sqrt from 0.01 at 64",
-              "model": "BERT 2 layers x 128 hidden, seq 64, MLM + NSP (Model Garden)",
-              "configs": OPTIMIZERS}
-    doc = {"kind": "bert_mlm", "command": benchlib.command_line(), "config": config,
-           "environment": benchlib.environment(), "runs": []}
+    config = {
+        "quick": FLAGS.quick,
+        "seeds": seeds,
+        "steps": steps,
+        "global_batch": batch,
+        "replicas": FLAGS.replicas,
+        "peak_lr": lr,
+        "lr_rule": "sqrt from 0.01 at 64",
+        "model": "BERT 2 layers x 128 hidden, seq 64, MLM + NSP (Model Garden)",
+        "configs": OPTIMIZERS,
+    }
+    doc = {
+        "kind": "bert_mlm",
+        "command": benchlib.command_line(),
+        "config": config,
+        "environment": benchlib.environment(),
+        "runs": [],
+    }
     if FLAGS.resume and os.path.exists(out):
         old = benchlib.read_json(out)
         if old.get("config") == config:
@@ -139,13 +186,16 @@ def main(argv):
 
     if not os.path.exists(os.path.join(FLAGS.data_dir, "train.tfrecord")):
         from vrgd_tf.model_garden import prepare_data  # pylint: disable=g-import-not-at-top
+
         print(f"preparing Shakespeare into {FLAGS.data_dir} ...", flush=True)
         prepare_data.prepare_shakespeare(FLAGS.data_dir)
-    doc["data"] = benchlib.read_json(os.path.join(FLAGS.data_dir, "meta.json")) \
-        if os.path.exists(os.path.join(FLAGS.data_dir, "meta.json")) else {}
+    doc["data"] = (
+        benchlib.read_json(os.path.join(FLAGS.data_dir, "meta.json"))
+        if os.path.exists(os.path.join(FLAGS.data_dir, "meta.json"))
+        else {}
+    )
 
-    plan = [(opt, seed) for seed in range(seeds) for opt in OPTIMIZERS
-            if (opt, seed) not in done]
+    plan = [(opt, seed) for seed in range(seeds) for opt in OPTIMIZERS if (opt, seed) not in done]
     start = time.time()
     for i, (opt, seed) in enumerate(plan):
         model_dir = os.path.join(FLAGS.run_dir, f"{opt}_s{seed}_b{batch}_n{steps}")
@@ -157,9 +207,12 @@ def main(argv):
         doc["elapsed_s"] = time.time() - start
         benchlib.write_json(out, doc)
         f = run["final"]
-        print(f"[{i + 1}/{len(plan)}] {opt:9s} seed={seed} batch={batch} steps={steps}: "
-              f"MLM acc={f['mlm_accuracy']:.4f} loss={f['mlm_loss']:.4f} "
-              f"({run['wall_s']:.0f}s)", flush=True)
+        print(
+            f"[{i + 1}/{len(plan)}] {opt:9s} seed={seed} batch={batch} steps={steps}: "
+            f"MLM acc={f['mlm_accuracy']:.4f} loss={f['mlm_loss']:.4f} "
+            f"({run['wall_s']:.0f}s)",
+            flush=True,
+        )
     print(f"-> {out}")
 
 

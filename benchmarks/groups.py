@@ -50,9 +50,7 @@ import os
 import sys
 import time
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,28 +58,58 @@ import benchlib  # noqa: E402  (imports TensorFlow, runs no op: the device split
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration (a few minutes).")
-flags.DEFINE_string("out", None, "JSON results. Default benchmarks/results/groups.json "
-                    "(groups_quick.json with --quick).")
+flags.DEFINE_string(
+    "out",
+    None,
+    "JSON results. Default benchmarks/results/groups.json (groups_quick.json with --quick).",
+)
 flags.DEFINE_list("models", ["cnn1d", "bert_tiny"], "Models: cnn1d, bert_tiny.")
 flags.DEFINE_list("devices", ["1", "8"], "Device (replica) counts.")
-flags.DEFINE_list("groups", ["1", "2", "4", "8"], "Micro-batch groups m per replica "
-                  "(1 = VR-LAMB with apply_gradients).")
-flags.DEFINE_list("accum_groups", ["8"], "m for the control 'LAMB, m groups summed, no VR', "
-                  "cnn1d (empty: none).")
-flags.DEFINE_list("bert_accum_groups", [], "The same for bert_tiny. Off by default: with "
-                  "the while loop on 8 replicas, TF 2.20's grappler fails on it "
-                  "(ArithmeticOptimizer AddOpsRewrite tmp_var ALREADY_EXISTS).")
-flags.DEFINE_enum("cnn_loop", "unrolled", ["unrolled", "while"], "How cnn1d's grouped step "
-                  "loops over the groups (see grouped_replica_step).")
-flags.DEFINE_enum("bert_loop", "while", ["unrolled", "while"], "How bert_tiny's grouped step "
-                  "loops over the groups (unrolled: replicas x m copies of BERT to trace, "
-                  "minutes and GBs at 8 x 8).")
-flags.DEFINE_list("cnn_other_loop_groups", ["8"], "m for which cnn1d also times VR-LAMB "
-                  "with the other loop (variant vr_m<m>_while or _unrolled).")
-flags.DEFINE_list("cnn_batches", ["512", "4096"], "Global batches, cnn1d (multiples of "
-                  "max(devices) x max(groups)).")
-flags.DEFINE_integer("cnn_steps", 10, "Steps per timed call, cnn1d, up to batch 1024; scaled "
-                     "by 1024/batch (at least 3) above.")
+flags.DEFINE_list(
+    "groups",
+    ["1", "2", "4", "8"],
+    "Micro-batch groups m per replica (1 = VR-LAMB with apply_gradients).",
+)
+flags.DEFINE_list(
+    "accum_groups", ["8"], "m for the control 'LAMB, m groups summed, no VR', cnn1d (empty: none)."
+)
+flags.DEFINE_list(
+    "bert_accum_groups",
+    [],
+    "The same for bert_tiny. Off by default: with "
+    "the while loop on 8 replicas, TF 2.20's grappler fails on it "
+    "(ArithmeticOptimizer AddOpsRewrite tmp_var ALREADY_EXISTS).",
+)
+flags.DEFINE_enum(
+    "cnn_loop",
+    "unrolled",
+    ["unrolled", "while"],
+    "How cnn1d's grouped step loops over the groups (see grouped_replica_step).",
+)
+flags.DEFINE_enum(
+    "bert_loop",
+    "while",
+    ["unrolled", "while"],
+    "How bert_tiny's grouped step "
+    "loops over the groups (unrolled: replicas x m copies of BERT to trace, "
+    "minutes and GBs at 8 x 8).",
+)
+flags.DEFINE_list(
+    "cnn_other_loop_groups",
+    ["8"],
+    "m for which cnn1d also times VR-LAMB "
+    "with the other loop (variant vr_m<m>_while or _unrolled).",
+)
+flags.DEFINE_list(
+    "cnn_batches",
+    ["512", "4096"],
+    "Global batches, cnn1d (multiples of max(devices) x max(groups)).",
+)
+flags.DEFINE_integer(
+    "cnn_steps",
+    10,
+    "Steps per timed call, cnn1d, up to batch 1024; scaled by 1024/batch (at least 3) above.",
+)
 flags.DEFINE_integer("reps", 7, "Timed repetitions, cnn1d.")
 flags.DEFINE_integer("bert_batch", 64, "Global batch, bert_tiny.")
 flags.DEFINE_integer("bert_seq", 128, "Sequence length, bert_tiny.")
@@ -99,9 +127,18 @@ flags.DEFINE_integer("child_devices", None, "Internal.")
 flags.DEFINE_string("child_variant", None, "Internal.")
 flags.DEFINE_integer("child_batch", None, "Internal.")
 
-QUICK = dict(cnn_batches=["512"], cnn_steps=5, reps=3, groups=["1", "2", "8"],
-             bert_seq=32, bert_steps=1, bert_reps=3, memory_models=["cnn1d"],
-             memory_cnn_batch=512, memory_steps=2)
+QUICK = dict(
+    cnn_batches=["512"],
+    cnn_steps=5,
+    reps=3,
+    groups=["1", "2", "8"],
+    bert_seq=32,
+    bert_steps=1,
+    bert_reps=3,
+    memory_models=["cnn1d"],
+    memory_cnn_batch=512,
+    memory_steps=2,
+)
 
 #: Learning rate (timing is insensitive to it; the steps do real arithmetic).
 LR = 1e-3
@@ -147,15 +184,25 @@ def parse_variant(name, model):
 
 def variant_info(name, model, devices):
     vr, m, loop = parse_variant(name, model)
-    return {"vr": vr, "m": m, "k": devices * m if vr else None, "loop": loop,
-            "path": ("apply_grouped_gradients" if vr and m > 1 else
-                     "apply_gradients of the summed group gradients" if m > 1 else
-                     "apply_gradients")}
+    return {
+        "vr": vr,
+        "m": m,
+        "k": devices * m if vr else None,
+        "loop": loop,
+        "path": (
+            "apply_grouped_gradients"
+            if vr and m > 1
+            else "apply_gradients of the summed group gradients"
+            if m > 1
+            else "apply_gradients"
+        ),
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # The grouped train step
 # --------------------------------------------------------------------------------------------
+
 
 def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unrolled"):
     """The per-replica train step with ``m`` micro-batch groups.
@@ -176,7 +223,9 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
     group: one copy in the graph whatever ``m``; dense accumulators.
     """
     import tensorflow as tf
+
     from vrgd_tf import micro_batches
+
     variables = model.trainable_variables
 
     def unrolled(mine):
@@ -204,7 +253,8 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
     def while_loop(mine):
         # [m, group, ...]: group j is rows j*group .. (j+1)*group - 1, static shapes.
         split = tf.nest.map_structure(
-            lambda t: tf.reshape(t, [m, t.shape[0] // m] + t.shape[1:].as_list()), mine)
+            lambda t: tf.reshape(t, [m, t.shape[0] // m] + t.shape[1:].as_list()), mine
+        )
         zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
         missing = set()  # variables without a gradient (BERT's unused pooler), at trace time
 
@@ -231,7 +281,7 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
         ctx = tf.distribute.get_replica_context()
         rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
         per = batch // ctx.num_replicas_in_sync
-        mine = tf.nest.map_structure(lambda t: t[rid * per:(rid + 1) * per], data)
+        mine = tf.nest.map_structure(lambda t: t[rid * per : (rid + 1) * per], data)
         if m == 1:
             with tf.GradientTape() as tape:
                 loss = loss_fn(mine)
@@ -250,9 +300,21 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
 class GroupTimer(benchlib.StepTimer):
     """One variant on one strategy: model, optimizer, the compiled grouped steps."""
 
-    def __init__(self, strategy, model_name, variant, build_model, make_opt, weights, data,
-                 batch, loss_of, build_inputs=None):
+    def __init__(
+        self,
+        strategy,
+        model_name,
+        variant,
+        build_model,
+        make_opt,
+        weights,
+        data,
+        batch,
+        loss_of,
+        build_inputs=None,
+    ):
         import tensorflow as tf
+
         vr, m, loop = parse_variant(variant, model_name)
         self.strategy = strategy
         with strategy.scope():
@@ -264,13 +326,17 @@ class GroupTimer(benchlib.StepTimer):
                 self.opt.build(self.model.trainable_variables)  # Keras 3
         self.model.set_weights(weights)
         data = tf.nest.map_structure(tf.constant, data)
-        self.compile_steps(grouped_replica_step(self.model, self.opt, data, batch,
-                                                loss_of(self.model), m, vr, loop))
+        self.compile_steps(
+            grouped_replica_step(
+                self.model, self.opt, data, batch, loss_of(self.model), m, vr, loop
+            )
+        )
 
 
 def _cnn_parts(batch):
     """(timer kwargs, parameter count, trainable variables) for the 1-D CNN."""
     import tensorflow as tf
+
     build_model, x, y = benchlib.cnn1d_timing_data(batch)
     weights = benchlib.init_weights(build_model, 0)
     base_cls, vr_cls, kwargs = benchlib.optimizer_classes("lamb")
@@ -282,18 +348,31 @@ def _cnn_parts(batch):
         def loss_fn(part):
             xb, yb = part
             logits = model(xb, training=True)
-            return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                yb, logits)) / float(batch)
+            return tf.reduce_sum(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits)
+            ) / float(batch)
+
         return loss_fn
 
     n_params = int(sum(w.size for w in weights))
-    return (dict(build_model=build_model, make_opt=make_opt, weights=weights, data=(x, y),
-                 batch=batch, loss_of=loss_of), n_params, len(weights))
+    return (
+        dict(
+            build_model=build_model,
+            make_opt=make_opt,
+            weights=weights,
+            data=(x, y),
+            batch=batch,
+            loss_of=loss_of,
+        ),
+        n_params,
+        len(weights),
+    )
 
 
 def _bert_parts(batch, seq):
     import tensorflow as tf
     import tf_keras
+
     tf_keras.utils.set_random_seed(0)
     inputs, labels = benchlib.bert_random_batch(batch, seq)
     m = benchlib.bert_tiny(seq)
@@ -308,14 +387,24 @@ def _bert_parts(batch, seq):
         def loss_fn(part):
             f, yb = part
             logits = model(f, training=True)["mlm_logits"]
-            return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                yb, logits)) / count
+            return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits)) / count
+
         return loss_fn
 
     n_params = int(sum(int(tf.size(w)) for w in m.trainable_weights))
-    return (dict(build_model=lambda: benchlib.bert_tiny(seq), make_opt=make_opt,
-                 weights=weights, data=(inputs, labels), batch=batch, loss_of=loss_of,
-                 build_inputs=inputs), n_params, len(m.trainable_weights))
+    return (
+        dict(
+            build_model=lambda: benchlib.bert_tiny(seq),
+            make_opt=make_opt,
+            weights=weights,
+            data=(inputs, labels),
+            batch=batch,
+            loss_of=loss_of,
+            build_inputs=inputs,
+        ),
+        n_params,
+        len(m.trainable_weights),
+    )
 
 
 def model_parts(model, batch):
@@ -329,6 +418,7 @@ def model_parts(model, batch):
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
+
 
 def _checks(model, names, devices):
     """Which final weights must agree (see the module docstring)."""
@@ -347,39 +437,60 @@ def time_config(model, devices, batch, steps, reps, log, weights_out=None):
     """One (model, devices, batch): every variant, interleaved; the results entry."""
     for m in _ints(FLAGS.groups) + _ints(FLAGS.accum_groups + FLAGS.bert_accum_groups):
         if batch % (devices * m):
-            raise app.UsageError(f"{model}: batch {batch} is not a multiple of "
-                                 f"{devices} devices x {m} groups")
+            raise app.UsageError(
+                f"{model}: batch {batch} is not a multiple of {devices} devices x {m} groups"
+            )
     strategy = benchlib.strategy_for(devices)
     kwargs, n_params, n_vars = model_parts(model, batch)
     names = variant_names(model)
-    res = benchlib.time_variants(lambda v: GroupTimer(strategy, model, v, **kwargs), names,
-                                 steps,
-                                 reps, log, checks=_checks(model, names, devices),
-                                 weights_out=weights_out)
-    res.update({
-        "model": model, "pair": "lamb", "devices": devices, "batch": batch,
-        "per_replica_batch": batch // devices, "steps_per_call": steps, "reps": reps,
-        "params": n_params, "trainable_variables": n_vars,
-        # Steps every variant ran before its weights were compared (trace + warm-up + reps).
-        "steps_before_check": 1 + steps + reps * steps,
-        "variants": {v: dict(variant_info(v, model, devices),
-                             group_size=batch // devices // parse_variant(v, model)[1])
-                     for v in names},
-        "family": ("keras3 (vrgd_tf.Lamb vs vrgd_tf.VRGDLamb)" if model == "cnn1d" else
-                   "tf_keras (Model Garden lamb.LAMB vs vrgd_tf.tf_keras.VRGDLamb)"),
-    })
+    res = benchlib.time_variants(
+        lambda v: GroupTimer(strategy, model, v, **kwargs),
+        names,
+        steps,
+        reps,
+        log,
+        checks=_checks(model, names, devices),
+        weights_out=weights_out,
+    )
+    res.update(
+        {
+            "model": model,
+            "pair": "lamb",
+            "devices": devices,
+            "batch": batch,
+            "per_replica_batch": batch // devices,
+            "steps_per_call": steps,
+            "reps": reps,
+            "params": n_params,
+            "trainable_variables": n_vars,
+            # Steps every variant ran before its weights were compared (trace + warm-up + reps).
+            "steps_before_check": 1 + steps + reps * steps,
+            "variants": {
+                v: dict(
+                    variant_info(v, model, devices),
+                    group_size=batch // devices // parse_variant(v, model)[1],
+                )
+                for v in names
+            },
+            "family": (
+                "keras3 (vrgd_tf.Lamb vs vrgd_tf.VRGDLamb)"
+                if model == "cnn1d"
+                else "tf_keras (Model Garden lamb.LAMB vs vrgd_tf.tf_keras.VRGDLamb)"
+            ),
+        }
+    )
     if model == "bert_tiny":
         res.update({"seq_len": FLAGS.bert_seq, "data": "random token ids (timing only)"})
     return res
 
 
 def _log_entry(res, log):
-    log("  ratio median: " + ", ".join(f"{v}={r['median']:.3f}"
-                                        for v, r in res["ratio"].items()))
+    log("  ratio median: " + ", ".join(f"{v}={r['median']:.3f}" for v, r in res["ratio"].items()))
 
 
 def _cross_check(w_a, w_b):
     import numpy as np
+
     num = max(float(np.max(np.abs(a - b))) for a, b in zip(w_a, w_b))
     den = max(float(np.max(np.abs(b))) for b in w_b)
     return num / max(den, 1e-30)
@@ -404,22 +515,32 @@ def cnn_timing(doc, out, log, t_start):
         for m in groups:
             if m > 1 and 1 in final and m in final:
                 diff = _cross_check(final[1][f"vr_m{m}"], final[m]["vr_m1"])
-                doc["cross_checks"].append({
-                    "model": "cnn1d", "batch": batch, "k": m,
-                    "a": f"1 device x {m} groups (apply_grouped_gradients)",
-                    "b": f"{m} devices x 1 group (apply_gradients)",
-                    "max_abs_diff_rel": diff})
+                doc["cross_checks"].append(
+                    {
+                        "model": "cnn1d",
+                        "batch": batch,
+                        "k": m,
+                        "a": f"1 device x {m} groups (apply_grouped_gradients)",
+                        "b": f"{m} devices x 1 group (apply_gradients)",
+                        "max_abs_diff_rel": diff,
+                    }
+                )
                 log(f"  cross-check k={m}: 1x{m} vs {m}x1 max rel diff {diff:.2e}")
         benchlib.write_json(out, doc)
 
 
 def _common_child_args():
-    return [f"--devices={','.join(FLAGS.devices)}", f"--groups={','.join(FLAGS.groups)}",
-            f"--accum_groups={','.join(FLAGS.accum_groups)}",
-            f"--bert_accum_groups={','.join(FLAGS.bert_accum_groups)}",
-            f"--bert_batch={FLAGS.bert_batch}", f"--bert_seq={FLAGS.bert_seq}",
-            f"--cnn_loop={FLAGS.cnn_loop}", f"--bert_loop={FLAGS.bert_loop}",
-            f"--cnn_other_loop_groups={','.join(FLAGS.cnn_other_loop_groups)}"]
+    return [
+        f"--devices={','.join(FLAGS.devices)}",
+        f"--groups={','.join(FLAGS.groups)}",
+        f"--accum_groups={','.join(FLAGS.accum_groups)}",
+        f"--bert_accum_groups={','.join(FLAGS.bert_accum_groups)}",
+        f"--bert_batch={FLAGS.bert_batch}",
+        f"--bert_seq={FLAGS.bert_seq}",
+        f"--cnn_loop={FLAGS.cnn_loop}",
+        f"--bert_loop={FLAGS.bert_loop}",
+        f"--cnn_other_loop_groups={','.join(FLAGS.cnn_other_loop_groups)}",
+    ]
 
 
 def bert_child():
@@ -428,8 +549,7 @@ def bert_child():
     out = []
     for d in _ints(FLAGS.devices):
         log(f"bert_tiny batch {FLAGS.bert_batch}, {d} device(s):")
-        res = time_config("bert_tiny", d, FLAGS.bert_batch, FLAGS.bert_steps,
-                          FLAGS.bert_reps, log)
+        res = time_config("bert_tiny", d, FLAGS.bert_batch, FLAGS.bert_steps, FLAGS.bert_reps, log)
         _log_entry(res, log)
         out.append(res)
     benchlib.print_result(out)
@@ -439,11 +559,17 @@ def bert_child():
 # Memory
 # --------------------------------------------------------------------------------------------
 
+
 def memory_child():
     """Child: one variant, ``--memory_steps`` steps, then the peak RSS."""
     import tensorflow as tf
-    model, d, variant, batch = (FLAGS.child_model, FLAGS.child_devices, FLAGS.child_variant,
-                                FLAGS.child_batch)
+
+    model, d, variant, batch = (
+        FLAGS.child_model,
+        FLAGS.child_devices,
+        FLAGS.child_variant,
+        FLAGS.child_batch,
+    )
     strategy = benchlib.strategy_for(d)
     kwargs, _, _ = model_parts(model, batch)
     rss0 = benchlib.rss_kb()
@@ -459,17 +585,29 @@ def memory(log):
         configs += [(model, d, batch) for d in _ints(FLAGS.devices)]
 
     def child_args(c, v):
-        return ["--child=memory", f"--child_model={c[0]}", f"--child_devices={c[1]}",
-                f"--child_variant={v}", f"--child_batch={c[2]}",
-                f"--memory_steps={FLAGS.memory_steps}"] + _common_child_args()
+        return [
+            "--child=memory",
+            f"--child_model={c[0]}",
+            f"--child_devices={c[1]}",
+            f"--child_variant={v}",
+            f"--child_batch={c[2]}",
+            f"--memory_steps={FLAGS.memory_steps}",
+        ] + _common_child_args()
 
-    raw = benchlib.memory_runs(__file__, configs, lambda c: variant_names(c[0]),
-                               FLAGS.memory_reps, child_args, log)
+    raw = benchlib.memory_runs(
+        __file__, configs, lambda c: variant_names(c[0]), FLAGS.memory_reps, child_args, log
+    )
     out = []
     for c in configs:
         names = variant_names(c[0])
-        entry = {"model": c[0], "pair": "lamb", "devices": c[1], "batch": c[2],
-                 "variants": {v: variant_info(v, c[0], c[1]) for v in names}, "raw": raw[c]}
+        entry = {
+            "model": c[0],
+            "pair": "lamb",
+            "devices": c[1],
+            "batch": c[2],
+            "variants": {v: variant_info(v, c[0], c[1]) for v in names},
+            "raw": raw[c],
+        }
         entry.update(benchlib.memory_ratios(raw[c], names))
         out.append(entry)
     return out
@@ -478,6 +616,7 @@ def memory(log):
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
+
 
 def main(argv):
     del argv
@@ -491,8 +630,10 @@ def main(argv):
         memory_child()
         return
     import tensorflow as tf
+
     out = FLAGS.out or os.path.join(
-        benchlib.RESULTS_DIR, "groups_quick.json" if FLAGS.quick else "groups.json")
+        benchlib.RESULTS_DIR, "groups_quick.json" if FLAGS.quick else "groups.json"
+    )
 
     def log(s):
         print(s, flush=True)
@@ -502,35 +643,64 @@ def main(argv):
         meminfo = "available"
     except Exception as e:  # noqa: BLE001
         meminfo = f"unavailable: {e}"
-    doc = {"kind": "groups", "command": benchlib.command_line(),
-           "environment": benchlib.environment(),
-           "config": {k: FLAGS[k].value for k in (
-               "quick", "models", "devices", "groups", "accum_groups", "bert_accum_groups",
-               "cnn_loop", "bert_loop", "cnn_other_loop_groups", "cnn_batches",
-               "cnn_steps", "reps", "bert_batch", "bert_seq", "bert_steps", "bert_reps",
-               "memory", "memory_models", "memory_cnn_batch", "memory_reps",
-               "memory_steps")},
-           "variants": {"base": "LAMB, one gradient per replica (apply_gradients)",
-                        "vr_m1": "VR-LAMB, apply_gradients (m = 1, k = devices)",
-                        "vr_m<m>": "VR-LAMB, m groups per replica, apply_grouped_gradients "
-                                   "(k = devices x m)",
-                        "base_m<m>": "LAMB fed the sum of m groups' gradients (no squares, "
-                                     "no GSNR): the cost of the split alone"},
-           "step": "compiled custom loop (benchlib.StepTimer) for both models; groups split "
-                   "with vrgd_tf.micro_batches.split_batch, serial tapes, summed with "
-                   "micro_batches.sum_group_gradients",
-           "memory_method": "VmHWM (peak resident set) from /proc/self/status of one child "
-                            "process per (model, devices, variant) and repetition",
-           "tf_get_memory_info_cpu": meminfo,
-           "timing": [], "cross_checks": [], "memory": [],
-           "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    doc = {
+        "kind": "groups",
+        "command": benchlib.command_line(),
+        "environment": benchlib.environment(),
+        "config": {
+            k: FLAGS[k].value
+            for k in (
+                "quick",
+                "models",
+                "devices",
+                "groups",
+                "accum_groups",
+                "bert_accum_groups",
+                "cnn_loop",
+                "bert_loop",
+                "cnn_other_loop_groups",
+                "cnn_batches",
+                "cnn_steps",
+                "reps",
+                "bert_batch",
+                "bert_seq",
+                "bert_steps",
+                "bert_reps",
+                "memory",
+                "memory_models",
+                "memory_cnn_batch",
+                "memory_reps",
+                "memory_steps",
+            )
+        },
+        "variants": {
+            "base": "LAMB, one gradient per replica (apply_gradients)",
+            "vr_m1": "VR-LAMB, apply_gradients (m = 1, k = devices)",
+            "vr_m<m>": "VR-LAMB, m groups per replica, apply_grouped_gradients (k = devices x m)",
+            "base_m<m>": "LAMB fed the sum of m groups' gradients (no squares, "
+            "no GSNR): the cost of the split alone",
+        },
+        "step": "compiled custom loop (benchlib.StepTimer) for both models; groups split "
+        "with vrgd_tf.micro_batches.split_batch, serial tapes, summed with "
+        "micro_batches.sum_group_gradients",
+        "memory_method": "VmHWM (peak resident set) from /proc/self/status of one child "
+        "process per (model, devices, variant) and repetition",
+        "tf_get_memory_info_cpu": meminfo,
+        "timing": [],
+        "cross_checks": [],
+        "memory": [],
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     t_start = time.time()
     if "cnn1d" in FLAGS.models:
         cnn_timing(doc, out, log, t_start)
     if "bert_tiny" in FLAGS.models:
         log(f"bert_tiny batch {FLAGS.bert_batch} (child process):")
-        args = ["--child=bert", f"--bert_steps={FLAGS.bert_steps}",
-                f"--bert_reps={FLAGS.bert_reps}"] + _common_child_args()
+        args = [
+            "--child=bert",
+            f"--bert_steps={FLAGS.bert_steps}",
+            f"--bert_reps={FLAGS.bert_reps}",
+        ] + _common_child_args()
         try:
             res, dt = benchlib.run_child(__file__, args, log)
             doc["timing"] += res

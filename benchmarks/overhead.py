@@ -32,9 +32,7 @@ import os
 import sys
 import time
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,27 +46,42 @@ from benchlib import rss_kb as _rss_kb  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration (minutes).")
-flags.DEFINE_string("out", None, "JSON results. Default benchmarks/results/overhead.json "
-                    "(overhead_quick.json with --quick).")
+flags.DEFINE_string(
+    "out",
+    None,
+    "JSON results. Default benchmarks/results/overhead.json (overhead_quick.json with --quick).",
+)
 flags.DEFINE_list("models", ["cnn1d", "resnet20", "bert_tiny"], "Models to time.")
 flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Pairs for cnn1d.")
 flags.DEFINE_list("resnet_pairs", ["lars", "lamb"], "Pairs for resnet20.")
-flags.DEFINE_list("variants", ["base", "sq", "vr_nostats", "vr"],
-                  "Variants for cnn1d (see variants.py); base is required.")
-flags.DEFINE_list("resnet_variants", ["base", "sq", "vr_nostats", "vr"],
-                  "Variants for the ResNet.")
-flags.DEFINE_list("bert_variants", ["base", "base_allreduce", "sq", "vr_nostats", "vr"],
-                  "Variants for bert_tiny (tf_keras; base_allreduce only exists there).")
-flags.DEFINE_list("memory_models", ["cnn1d", "resnet20", "bert_tiny"],
-                  "Models measured for memory (those also in --models).")
+flags.DEFINE_list(
+    "variants",
+    ["base", "sq", "vr_nostats", "vr"],
+    "Variants for cnn1d (see variants.py); base is required.",
+)
+flags.DEFINE_list("resnet_variants", ["base", "sq", "vr_nostats", "vr"], "Variants for the ResNet.")
+flags.DEFINE_list(
+    "bert_variants",
+    ["base", "base_allreduce", "sq", "vr_nostats", "vr"],
+    "Variants for bert_tiny (tf_keras; base_allreduce only exists there).",
+)
+flags.DEFINE_list(
+    "memory_models",
+    ["cnn1d", "resnet20", "bert_tiny"],
+    "Models measured for memory (those also in --models).",
+)
 flags.DEFINE_integer("replicas", 8, "Logical CPU replicas.")
 flags.DEFINE_integer("reps", 7, "Timed repetitions per variant (>= 5 for the report).")
 flags.DEFINE_list("cnn_batches", ["512", "8192"], "Global batches for cnn1d.")
-flags.DEFINE_integer("cnn_steps", 20, "Steps per timed call, cnn1d, up to batch 1024; "
-                     "scaled by 1024/batch (at least 4) above.")
+flags.DEFINE_integer(
+    "cnn_steps",
+    20,
+    "Steps per timed call, cnn1d, up to batch 1024; scaled by 1024/batch (at least 4) above.",
+)
 flags.DEFINE_integer("resnet_batch", 64, "Global batch, resnet20.")
-flags.DEFINE_integer("resnet_depth", 20, "ResNet depth (6n+2); the model is still called "
-                     "resnet20 in --models.")
+flags.DEFINE_integer(
+    "resnet_depth", 20, "ResNet depth (6n+2); the model is still called resnet20 in --models."
+)
 flags.DEFINE_integer("resnet_steps", 4, "Steps per timed call, resnet20.")
 flags.DEFINE_integer("bert_batch", 64, "Global batch, bert_tiny, for memory (and a child).")
 flags.DEFINE_list("bert_batches", ["64", "512"], "Global batches timed for bert_tiny.")
@@ -77,8 +90,7 @@ flags.DEFINE_integer("bert_seq", 128, "Sequence length, bert_tiny.")
 flags.DEFINE_integer("bert_steps", 4, "Steps per timed call, bert_tiny.")
 flags.DEFINE_bool("memory", True, "Measure peak RSS in subprocesses.")
 flags.DEFINE_integer("memory_reps", 2, "Subprocesses per variant for memory.")
-flags.DEFINE_list("memory_variants", ["base", "vr"],
-                  "Variants measured for memory.")
+flags.DEFINE_list("memory_variants", ["base", "vr"], "Variants measured for memory.")
 flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
@@ -89,13 +101,27 @@ flags.DEFINE_string("child_pair", None, "Internal.")
 flags.DEFINE_string("child_variant", None, "Internal.")
 flags.DEFINE_integer("child_batch", None, "Internal.")
 
-QUICK = dict(pairs=["momentum", "lamb"], resnet_pairs=["lamb"], reps=5,
-             cnn_batches=["512"], cnn_steps=10, resnet_steps=2, bert_steps=2,
-             memory_reps=1, memory_pairs=["lamb"], memory_steps=4, bert_batch=16,
-             bert_batches=["16"], resnet_depth=8, bert_seq=64,
-             resnet_variants=["base", "vr_nostats", "vr"],
-             bert_variants=["base", "vr_nostats", "vr"], memory_models=["cnn1d"],
-             memory_cnn_batches=["512"], bert_reps=5)
+QUICK = dict(
+    pairs=["momentum", "lamb"],
+    resnet_pairs=["lamb"],
+    reps=5,
+    cnn_batches=["512"],
+    cnn_steps=10,
+    resnet_steps=2,
+    bert_steps=2,
+    memory_reps=1,
+    memory_pairs=["lamb"],
+    memory_steps=4,
+    bert_batch=16,
+    bert_batches=["16"],
+    resnet_depth=8,
+    bert_seq=64,
+    resnet_variants=["base", "vr_nostats", "vr"],
+    bert_variants=["base", "vr_nostats", "vr"],
+    memory_models=["cnn1d"],
+    memory_cnn_batches=["512"],
+    bert_reps=5,
+)
 
 #: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
 TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
@@ -113,8 +139,10 @@ def _apply_quick():
 # Keras 3 timing
 # --------------------------------------------------------------------------------------------
 
+
 def _model_and_data(model_name, batch):
     import benchlib
+
     if model_name == "cnn1d":
         return benchlib.cnn1d_timing_data(batch)
     if model_name == "resnet20":
@@ -128,6 +156,7 @@ class KerasTimer(StepTimer):
 
     def __init__(self, strategy, build_model, opt_cls, opt_kwargs, weights, x, y):
         import tensorflow as tf
+
         self.strategy = strategy
         with strategy.scope():
             self.model = build_model()
@@ -143,11 +172,12 @@ class KerasTimer(StepTimer):
             k = ctx.num_replicas_in_sync
             rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
             per = batch // k
-            xb, yb = xt[rid * per:(rid + 1) * per], yt[rid * per:(rid + 1) * per]
+            xb, yb = xt[rid * per : (rid + 1) * per], yt[rid * per : (rid + 1) * per]
             with tf.GradientTape() as tape:
                 logits = model(xb, training=True)
-                loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    yb, logits)) / float(batch)
+                loss = tf.reduce_sum(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits)
+                ) / float(batch)
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -157,6 +187,7 @@ class KerasTimer(StepTimer):
 def _variant_classes(pair, variant, family="keras"):
     import benchlib
     import variants
+
     base_cls, vr_cls, kwargs = benchlib.optimizer_classes(pair)
     cls, extra = variants.make_keras_variant(variant, base_cls, vr_cls)
     return cls, dict(kwargs, learning_rate=TIMING_LR[pair], **extra)
@@ -164,6 +195,7 @@ def _variant_classes(pair, variant, family="keras"):
 
 def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_names):
     import benchlib
+
     build_model, x, y = _model_and_data(model_name, batch)
     weights = benchlib.init_weights(build_model, 0)
 
@@ -173,14 +205,24 @@ def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_na
 
     res = time_variants(make, list(variant_names), steps, reps, log)
     import numpy as np
+
     n_params = int(sum(np.prod(w.shape) for w in weights))
     if model_name == "resnet20":
         model_name = f"resnet{FLAGS.resnet_depth}"
-    res.update({"model": model_name, "pair": pair, "batch": batch, "steps_per_call": steps,
-                "reps": reps, "replicas": strategy.num_replicas_in_sync,
-                "per_replica_batch": batch // strategy.num_replicas_in_sync,
-                "params": n_params, "trainable_variables": len(weights),
-                "family": "keras3"})
+    res.update(
+        {
+            "model": model_name,
+            "pair": pair,
+            "batch": batch,
+            "steps_per_call": steps,
+            "reps": reps,
+            "replicas": strategy.num_replicas_in_sync,
+            "per_replica_batch": batch // strategy.num_replicas_in_sync,
+            "params": n_params,
+            "trainable_variables": len(weights),
+            "family": "keras3",
+        }
+    )
     return res
 
 
@@ -188,9 +230,11 @@ def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_na
 # BERT-tiny (tf_keras, Model Garden) timing
 # --------------------------------------------------------------------------------------------
 
+
 class BertTimer(KerasTimer):
     def __init__(self, strategy, variant, weights, batch, seq):
         import tensorflow as tf
+
         self.strategy = strategy
         with strategy.scope():
             self.model = _bert_build(seq)
@@ -207,12 +251,14 @@ class BertTimer(KerasTimer):
             ctx = tf.distribute.get_replica_context()
             rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
             per = batch // ctx.num_replicas_in_sync
-            f = {k: v[rid * per:(rid + 1) * per] for k, v in feats.items()}
-            yb = lab[rid * per:(rid + 1) * per]
+            f = {k: v[rid * per : (rid + 1) * per] for k, v in feats.items()}
+            yb = lab[rid * per : (rid + 1) * per]
             with tf.GradientTape() as tape:
                 logits = model(f, training=True)["mlm_logits"]
-                loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    yb, logits)) / count
+                loss = (
+                    tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
+                    / count
+                )
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -222,22 +268,32 @@ class BertTimer(KerasTimer):
 def bert_timing(strategy, batch, seq, steps, reps, log):
     import numpy as np
     import tf_keras
+
     tf_keras.utils.set_random_seed(0)
     m = _bert_build(seq)
     inputs, _ = _bert_data(batch, seq)
     m(inputs)
     weights = m.get_weights()
     names = list(FLAGS.bert_variants)
-    res = time_variants(lambda v: BertTimer(strategy, v, weights, batch, seq), names, steps,
-                        reps, log)
-    res.update({"model": "bert_tiny", "pair": "lamb", "batch": batch, "seq_len": seq,
-                "steps_per_call": steps, "reps": reps,
-                "replicas": strategy.num_replicas_in_sync,
-                "per_replica_batch": batch // strategy.num_replicas_in_sync,
-                "params": int(sum(np.prod(w.shape) for w in m.trainable_weights)),
-                "trainable_variables": len(m.trainable_weights),
-                "family": "tf_keras (Model Garden lamb.LAMB vs vrgd_tf.tf_keras.VRGDLamb)",
-                "data": "random token ids (timing only)"})
+    res = time_variants(
+        lambda v: BertTimer(strategy, v, weights, batch, seq), names, steps, reps, log
+    )
+    res.update(
+        {
+            "model": "bert_tiny",
+            "pair": "lamb",
+            "batch": batch,
+            "seq_len": seq,
+            "steps_per_call": steps,
+            "reps": reps,
+            "replicas": strategy.num_replicas_in_sync,
+            "per_replica_batch": batch // strategy.num_replicas_in_sync,
+            "params": int(sum(np.prod(w.shape) for w in m.trainable_weights)),
+            "trainable_variables": len(m.trainable_weights),
+            "family": "tf_keras (Model Garden lamb.LAMB vs vrgd_tf.tf_keras.VRGDLamb)",
+            "data": "random token ids (timing only)",
+        }
+    )
     return res
 
 
@@ -245,21 +301,35 @@ def bert_timing(strategy, batch, seq, steps, reps, log):
 # Children
 # --------------------------------------------------------------------------------------------
 
+
 def child_main():
     import benchlib
+
     benchlib.setup_devices(FLAGS.replicas)
     import tensorflow as tf
+
     strategy = benchlib.strategy_for(FLAGS.replicas)
     if FLAGS.child == "bert":
-        res = bert_timing(strategy, FLAGS.bert_batch, FLAGS.bert_seq, FLAGS.bert_steps,
-                          FLAGS.reps, lambda s: print(s, file=sys.stderr, flush=True))
+        res = bert_timing(
+            strategy,
+            FLAGS.bert_batch,
+            FLAGS.bert_seq,
+            FLAGS.bert_steps,
+            FLAGS.reps,
+            lambda s: print(s, file=sys.stderr, flush=True),
+        )
         benchlib.print_result(res)
         return
     # memory
-    model, pair, variant, batch = (FLAGS.child_model, FLAGS.child_pair, FLAGS.child_variant,
-                                   FLAGS.child_batch)
+    model, pair, variant, batch = (
+        FLAGS.child_model,
+        FLAGS.child_pair,
+        FLAGS.child_variant,
+        FLAGS.child_batch,
+    )
     if model == "bert_tiny":
         import tf_keras
+
         tf_keras.utils.set_random_seed(0)
         inputs, _ = _bert_data(batch, FLAGS.bert_seq)
         rss0 = _rss_kb()
@@ -278,12 +348,14 @@ def child_main():
 
 def _run_child(args, log):
     import benchlib
+
     return benchlib.run_child(__file__, args, log)
 
 
 def memory_runs(log):
     """Interleaved subprocesses: for rep: for config: for variant."""
     import benchlib
+
     configs = []
     for model in [m for m in FLAGS.models if m in FLAGS.memory_models]:
         if model == "cnn1d":
@@ -297,14 +369,20 @@ def memory_runs(log):
             configs.append((model, "lamb", FLAGS.bert_batch))
 
     def child_args(c, v):
-        return ["--child=memory", f"--child_model={c[0]}", f"--child_pair={c[1]}",
-                f"--child_variant={v}", f"--child_batch={c[2]}",
-                f"--replicas={FLAGS.replicas}", f"--memory_steps={FLAGS.memory_steps}",
-                f"--bert_seq={FLAGS.bert_seq}", f"--resnet_depth={FLAGS.resnet_depth}"]
+        return [
+            "--child=memory",
+            f"--child_model={c[0]}",
+            f"--child_pair={c[1]}",
+            f"--child_variant={v}",
+            f"--child_batch={c[2]}",
+            f"--replicas={FLAGS.replicas}",
+            f"--memory_steps={FLAGS.memory_steps}",
+            f"--bert_seq={FLAGS.bert_seq}",
+            f"--resnet_depth={FLAGS.resnet_depth}",
+        ]
 
     variants = list(FLAGS.memory_variants)
-    raw = benchlib.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args,
-                               log)
+    raw = benchlib.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args, log)
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
@@ -317,6 +395,7 @@ def memory_runs(log):
 # Main
 # --------------------------------------------------------------------------------------------
 
+
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
@@ -325,10 +404,13 @@ def main(argv):
         child_main()
         return
     import benchlib
+
     benchlib.setup_devices(FLAGS.replicas)
     import tensorflow as tf
+
     out = FLAGS.out or os.path.join(
-        benchlib.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json")
+        benchlib.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json"
+    )
     for name in ("variants", "resnet_variants", "bert_variants"):
         if "base" not in FLAGS[name].value:
             raise app.UsageError(f"--{name} must include base")
@@ -341,53 +423,92 @@ def main(argv):
         meminfo = "available"
     except Exception as e:  # noqa: BLE001
         meminfo = f"unavailable: {e}"
-    doc = {"kind": "overhead", "command": benchlib.command_line(),
-           "environment": benchlib.environment(),
-           "config": {k: FLAGS[k].value for k in (
-               "quick", "models", "pairs", "resnet_pairs", "variants", "resnet_variants",
-               "bert_variants", "memory_models", "replicas", "reps",
-               "cnn_batches", "cnn_steps", "resnet_batch", "resnet_depth", "resnet_steps",
-               "bert_batch", "bert_batches", "bert_reps", "memory_cnn_batches",
-               "bert_seq", "bert_steps", "memory", "memory_reps", "memory_variants",
-               "memory_pairs", "memory_steps")},
-           "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
-                            "subprocess per variant and repetition",
-           "tf_get_memory_info_cpu": meminfo,
-           "timing": [], "memory": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    doc = {
+        "kind": "overhead",
+        "command": benchlib.command_line(),
+        "environment": benchlib.environment(),
+        "config": {
+            k: FLAGS[k].value
+            for k in (
+                "quick",
+                "models",
+                "pairs",
+                "resnet_pairs",
+                "variants",
+                "resnet_variants",
+                "bert_variants",
+                "memory_models",
+                "replicas",
+                "reps",
+                "cnn_batches",
+                "cnn_steps",
+                "resnet_batch",
+                "resnet_depth",
+                "resnet_steps",
+                "bert_batch",
+                "bert_batches",
+                "bert_reps",
+                "memory_cnn_batches",
+                "bert_seq",
+                "bert_steps",
+                "memory",
+                "memory_reps",
+                "memory_variants",
+                "memory_pairs",
+                "memory_steps",
+            )
+        },
+        "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
+        "subprocess per variant and repetition",
+        "tf_get_memory_info_cpu": meminfo,
+        "timing": [],
+        "memory": [],
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     t_start = time.time()
     strategy = benchlib.strategy_for(FLAGS.replicas)
     for model in FLAGS.models:
         if model == "bert_tiny":
             continue
         pairs = FLAGS.pairs if model == "cnn1d" else FLAGS.resnet_pairs
-        batches = [int(b) for b in FLAGS.cnn_batches] if model == "cnn1d" else [
-            FLAGS.resnet_batch]
+        batches = [int(b) for b in FLAGS.cnn_batches] if model == "cnn1d" else [FLAGS.resnet_batch]
         for batch in batches:
-            steps = (max(4, FLAGS.cnn_steps * min(1, 1024 / batch)) if model == "cnn1d"
-                     else FLAGS.resnet_steps)
+            steps = (
+                max(4, FLAGS.cnn_steps * min(1, 1024 / batch))
+                if model == "cnn1d"
+                else FLAGS.resnet_steps
+            )
             steps = int(steps)
             for pair in pairs:
                 log(f"{model} {pair} batch {batch}:")
                 names = FLAGS.variants if model == "cnn1d" else FLAGS.resnet_variants
-                res = keras_timing(model, pair, batch, steps, FLAGS.reps, strategy, log,
-                                   names)
+                res = keras_timing(model, pair, batch, steps, FLAGS.reps, strategy, log, names)
                 doc["timing"].append(res)
-                log("  ratio median: " + ", ".join(
-                    f"{v}={res['ratio'][v]['median']:.3f}" for v in names))
+                log(
+                    "  ratio median: "
+                    + ", ".join(f"{v}={res['ratio'][v]['median']:.3f}" for v in names)
+                )
                 doc["elapsed_s"] = round(time.time() - t_start, 1)
                 benchlib.write_json(out, doc)
     if "bert_tiny" in FLAGS.models:
         for bert_batch in [int(b) for b in FLAGS.bert_batches]:
             log(f"bert_tiny lamb batch {bert_batch} (child process):")
-            args = ["--child=bert", f"--replicas={FLAGS.replicas}",
-                    f"--reps={FLAGS.bert_reps}", f"--bert_batch={bert_batch}",
-                    f"--bert_seq={FLAGS.bert_seq}", f"--bert_steps={FLAGS.bert_steps}",
-                    "--bert_variants=" + ",".join(FLAGS.bert_variants)]
+            args = [
+                "--child=bert",
+                f"--replicas={FLAGS.replicas}",
+                f"--reps={FLAGS.bert_reps}",
+                f"--bert_batch={bert_batch}",
+                f"--bert_seq={FLAGS.bert_seq}",
+                f"--bert_steps={FLAGS.bert_steps}",
+                "--bert_variants=" + ",".join(FLAGS.bert_variants),
+            ]
             try:
                 res, dt = _run_child(args, log)
                 doc["timing"].append(res)
-                log(f"  ({dt:.0f}s) ratio median: " + ", ".join(
-                    f"{v}={r['median']:.3f}" for v, r in res["ratio"].items()))
+                log(
+                    f"  ({dt:.0f}s) ratio median: "
+                    + ", ".join(f"{v}={r['median']:.3f}" for v, r in res["ratio"].items())
+                )
             except Exception as e:  # noqa: BLE001
                 doc.setdefault("bert_errors", []).append(str(e))
                 log(f"  bert_tiny failed: {e}")

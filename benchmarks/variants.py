@@ -37,8 +37,7 @@ def _reduce(name, ctx, grads):
     if name == "sq":
         return _sum_with_squares(ctx, grads)
     if name == "base_allreduce":
-        return ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                              [gsnr.dense_gradient(g) for g in grads])
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [gsnr.dense_gradient(g) for g in grads])
     raise ValueError(f"unknown variant {name!r}")
 
 

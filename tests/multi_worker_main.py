@@ -6,20 +6,21 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-import keras  # noqa: E402
 
 import vrgd_tf  # noqa: E402
 
 
 def main():
-    grads = np.load(sys.argv[1])            # [steps, k, n]
+    grads = np.load(sys.argv[1])  # [steps, k, n]
     init = np.load(sys.argv[2])
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+    )
     assert strategy.num_replicas_in_sync == grads.shape[1], strategy.num_replicas_in_sync
     with strategy.scope():
         w = keras.Variable(init, name="w")
@@ -32,13 +33,16 @@ def main():
         def fn():
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             opt.apply_gradients([(tf.gather(const[i], rid), w)])
+
         strategy.run(fn)
 
     for i in range(grads.shape[0]):
         step(tf.constant(i))
     copies = [v.numpy().tolist() for v in strategy.experimental_local_results(w.value)]
-    deficit = [v.numpy().tolist() for v in
-               strategy.experimental_local_results(opt._vrgd_state.deficits[0].value)]
+    deficit = [
+        v.numpy().tolist()
+        for v in strategy.experimental_local_results(opt._vrgd_state.deficits[0].value)
+    ]
     print(json.dumps({"w": copies, "deficit": deficit}))
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 # The spec leaves "variance resolvable in float32" to the implementation; vrgd_tf documents
 # s2 <= 16 * eps32 * k * mean(x^2) as "no noise estimate". Written out here on purpose.
-EPS32 = 2.0 ** -23
+EPS32 = 2.0**-23
 NOISE_RTOL = 16.0 * EPS32
 
 
@@ -24,10 +24,10 @@ def gsnr_factor(xs, gamma):
     s2 = (xs * xs).sum(0)
     mean = s1 / k
     meansq = s2 / k
-    var = meansq - mean ** 2
+    var = meansq - mean**2
     with np.errstate(all="ignore"):
         defined = np.isfinite(mean) & np.isfinite(meansq) & (var > NOISE_RTOL * k * meansq)
-        r = np.where(defined, mean ** 2 / np.where(defined, var, 1.0), 0.0)
+        r = np.where(defined, mean**2 / np.where(defined, var, 1.0), 0.0)
     if defined.sum() == 0:
         return np.ones_like(s1), s1
     mu = r[defined].mean()
@@ -44,10 +44,10 @@ def gsnr_statistics(xs, gamma, applied=None):
     k = xs.shape[0]
     s1, s2 = xs.sum(0), (xs * xs).sum(0)
     mean, meansq = s1 / k, s2 / k
-    var = meansq - mean ** 2
+    var = meansq - mean**2
     with np.errstate(all="ignore"):
         defined = np.isfinite(mean) & np.isfinite(meansq) & (var > NOISE_RTOL * k * meansq)
-        r = np.where(defined, mean ** 2 / np.where(defined, var, 1.0), 0.0)
+        r = np.where(defined, mean**2 / np.where(defined, var, 1.0), 0.0)
     mu = r[defined].mean() if defined.any() else 0.0
     factor, _ = gsnr_factor(xs, gamma)
     usable = mu > 0 and np.isfinite(mu)
@@ -71,7 +71,7 @@ class FactorMomentum:
             self.p = np.zeros_like(factor)
         self.t += 1
         self.p = self.beta_3 * self.p + (1 - self.beta_3) * factor
-        return self.p / (1 - self.beta_3 ** self.t)
+        return self.p / (1 - self.beta_3**self.t)
 
 
 def _excluded(patterns, name):
@@ -113,16 +113,23 @@ class Adam:
         m = self.m.get(name, np.zeros_like(w)) * self.b1 + (1 - self.b1) * g
         v = self.v.get(name, np.zeros_like(w)) * self.b2 + (1 - self.b2) * g * g
         self.m[name], self.v[name] = m, v
-        alpha = self.lr * np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)
+        alpha = self.lr * np.sqrt(1 - self.b2**t) / (1 - self.b1**t)
         return w - alpha * m / (np.sqrt(v) + self.eps)
 
 
 class Lamb:
     """You et al. 2020 Algorithm 2, as Model Garden's LAMB."""
 
-    def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 weight_decay_rate=0.0, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None):
+    def __init__(
+        self,
+        learning_rate,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay_rate=0.0,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+    ):
         self.lr, self.b1, self.b2, self.eps = learning_rate, beta_1, beta_2, epsilon
         self.wd = weight_decay_rate
         self.ex_wd = exclude_from_weight_decay
@@ -135,7 +142,7 @@ class Lamb:
         m = self.m.get(name, np.zeros_like(w)) * self.b1 + (1 - self.b1) * g
         v = self.v.get(name, np.zeros_like(w)) * self.b2 + (1 - self.b2) * g * g
         self.m[name], self.v[name] = m, v
-        update = (m / (1 - self.b1 ** t)) / (np.sqrt(v / (1 - self.b2 ** t)) + self.eps)
+        update = (m / (1 - self.b1**t)) / (np.sqrt(v / (1 - self.b2**t)) + self.eps)
         if not _excluded(self.ex_wd, name):
             update = update + self.wd * w
         ratio = 1.0
@@ -147,9 +154,16 @@ class Lamb:
 class Lars:
     """Model Garden's LARS, classic momentum."""
 
-    def __init__(self, learning_rate, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
-                 nesterov=False, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None):
+    def __init__(
+        self,
+        learning_rate,
+        momentum=0.9,
+        weight_decay_rate=0.0,
+        eeta=0.001,
+        nesterov=False,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+    ):
         self.lr, self.mom, self.wd, self.eeta = learning_rate, momentum, weight_decay_rate, eeta
         self.nesterov = nesterov
         self.ex_wd = exclude_from_weight_decay

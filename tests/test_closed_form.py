@@ -18,10 +18,11 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import util
 import vrgd_tf
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+
+import util
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -47,7 +48,6 @@ def _statistics(opt):
 
 
 class GsnrFunctionsTest(tf.test.TestCase):
-
     def test_gsnr_factor_two_replicas(self):
         """Replicas (1, 0) and (3, 2), gamma = 0.1:
         S1 = (4, 2), S2 = (1 + 9, 0 + 4) = (10, 4);
@@ -79,8 +79,7 @@ class GsnrFunctionsTest(tf.test.TestCase):
         s2 = tf.constant([10.0, 4.0, 2.0, 0.0, 4.0])
         factor, stats = gsnr.gsnr_factors_flat(s1, s2, [2, 3], 2, 0.1)
         self.assertAllClose(factor, [1.0, 0.4, 0.1, 1.0, 1.0], **TOL)
-        self.assertAllClose(stats, [[2.5, 0.0, 0.5, 0.7],
-                                    [0.5, 1.0 / 3.0, 2.0 / 3.0, 0.7]], **TOL)
+        self.assertAllClose(stats, [[2.5, 0.0, 0.5, 0.7], [0.5, 1.0 / 3.0, 2.0 / 3.0, 0.7]], **TOL)
 
     def test_frac_at_gamma_counts_factor_equal_to_gamma(self):
         """frac_at_gamma counts r / mean(r) <= gamma, not < gamma.
@@ -112,7 +111,8 @@ class GsnrFunctionsTest(tf.test.TestCase):
         expected = [(0.2, 0.4, 0.5), (11.0 / 15.0, 0.2, 0.75), (19.0 / 35.0, 0.4, 0.875)]
         for f_b, (p_hat_b, d_b, c) in zip([0.2, 1.0, 0.4], expected):
             p_hat, deficit, correction = gsnr.smooth_factor(
-                tf.constant([1.0, f_b]), deficit, correction, 0.5, 0.1)
+                tf.constant([1.0, f_b]), deficit, correction, 0.5, 0.1
+            )
             self.assertAllClose(p_hat, [1.0, p_hat_b], **TOL)
             self.assertEqual(float(p_hat[0]), 1.0)
             self.assertAllClose(deficit, [0.0, d_b], **TOL)
@@ -130,9 +130,12 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         diagnostics (2.5, 0, 1/2, 0.7)."""
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
-            util.strategy_for(2), lambda: cls(learning_rate=1.0, momentum=0.0, gamma=0.1),
-            {"w": np.zeros(2, np.float32)}, _grads([[1.0, 0.0], [3.0, 2.0]]),
-            make_variable=make_variable)
+            util.strategy_for(2),
+            lambda: cls(learning_rate=1.0, momentum=0.0, gamma=0.1),
+            {"w": np.zeros(2, np.float32)},
+            _grads([[1.0, 0.0], [3.0, 2.0]]),
+            make_variable=make_variable,
+        )
         self.assertEqual(opt.beta_3, 0.0)
         self.assertAllClose(variables["w"].numpy(), [-4.0, -0.8], **TOL)
         self.assertAllClose(_statistics(opt), [2.5, 0.0, 0.5, 0.7], **TOL)
@@ -150,18 +153,18 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         (p_hat from GsnrFunctionsTest.test_smooth_factor_bias_correction_three_steps.)
         Without bias correction step 1 alone would move B by 0.1, not 0.2."""
         cls, make_variable = FAMILIES[family]
-        grads = _grads([[2.0, 1.0], [1.0, 0.0]],
-                       [[2.0, 4.0], [1.0, 2.0]],
-                       [[3.0, 1.0], [1.0, 0.0]])
+        grads = _grads([[2.0, 1.0], [1.0, 0.0]], [[2.0, 4.0], [1.0, 2.0]], [[3.0, 1.0], [1.0, 0.0]])
         expected_steps = [[-3.0, -0.2], [-3.0, -4.4], [-4.0, -19.0 / 35.0]]
         w = np.zeros(2)
         for i, variables, _ in util.custom_loop_steps(
-                util.strategy_for(2),
-                lambda: cls(learning_rate=1.0, gamma=0.1, beta_3=0.5),
-                {"w": np.zeros(2, np.float32)}, grads, make_variable=make_variable):
+            util.strategy_for(2),
+            lambda: cls(learning_rate=1.0, gamma=0.1, beta_3=0.5),
+            {"w": np.zeros(2, np.float32)},
+            grads,
+            make_variable=make_variable,
+        ):
             new_w = variables["w"].numpy()
-            self.assertAllClose(new_w - w, expected_steps[i], rtol=1e-6, atol=2e-6,
-                                msg=f"step {i}")
+            self.assertAllClose(new_w - w, expected_steps[i], rtol=1e-6, atol=2e-6, msg=f"step {i}")
             w = new_w
 
     @parameterized.named_parameters(FAMILY_PARAMS)
@@ -171,15 +174,17 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         dw = -(0.4, 6), diagnostics (5, 1/2, 1/2, 0.6)."""
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
-            util.strategy_for(2), lambda: cls(learning_rate=1.0, gamma=0.2),
-            {"w": np.zeros(2, np.float32)}, _grads([[2.0, 4.0], [0.0, 2.0]]),
-            make_variable=make_variable)
+            util.strategy_for(2),
+            lambda: cls(learning_rate=1.0, gamma=0.2),
+            {"w": np.zeros(2, np.float32)},
+            _grads([[2.0, 4.0], [0.0, 2.0]]),
+            make_variable=make_variable,
+        )
         self.assertAllClose(variables["w"].numpy(), [-0.4, -6.0], **TOL)
         self.assertAllClose(_statistics(opt), [5.0, 0.5, 0.5, 0.6], **TOL)
 
     @parameterized.named_parameters(FAMILY_PARAMS)
-    def test_statistics_interval_two_records_the_step_that_brings_iterations_to_two(
-            self, family):
+    def test_statistics_interval_two_records_the_step_that_brings_iterations_to_two(self, family):
         """statistics_interval=2, gamma=0.1, 3 steps whose diagnostics all differ:
           step 0: replicas (1, 0), (3, 2): r = (4, 1), mean 2.5, f = (1, 0.4)
                   -> (2.5, 0, 1/2, 0.7)
@@ -190,33 +195,39 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         Recorded: after step 0 nothing yet (iterations 1), after step 1 step 1's
         (iterations 2), after step 2 still step 1's (iterations 3)."""
         cls, make_variable = FAMILIES[family]
-        grads = _grads([[1.0, 0.0], [3.0, 2.0]],
-                       [[2.0, 4.0], [0.0, 2.0]],
-                       [[1.0, 1.0], [-1.0, 0.0]])
+        grads = _grads(
+            [[1.0, 0.0], [3.0, 2.0]], [[2.0, 4.0], [0.0, 2.0]], [[1.0, 1.0], [-1.0, 0.0]]
+        )
         step_1 = [5.0, 0.0, 0.5, 0.6]
         expected = [[0.0, 0.0, 0.0, 0.0], step_1, step_1]
         expected_w = [[-4.0, -0.8], [-4.4, -6.8], [-4.4, -7.8]]
         for i, variables, opt in util.custom_loop_steps(
-                util.strategy_for(2),
-                lambda: cls(learning_rate=1.0, gamma=0.1, statistics_interval=2),
-                {"w": np.zeros(2, np.float32)}, grads, make_variable=make_variable):
+            util.strategy_for(2),
+            lambda: cls(learning_rate=1.0, gamma=0.1, statistics_interval=2),
+            {"w": np.zeros(2, np.float32)},
+            grads,
+            make_variable=make_variable,
+        ):
             self.assertEqual(int(opt.iterations.numpy()), i + 1)
             self.assertAllClose(_statistics(opt), expected[i], **TOL, msg=f"after step {i}")
-            self.assertAllClose(variables["w"].numpy(), expected_w[i], **TOL,
-                                msg=f"after step {i}")
+            self.assertAllClose(variables["w"].numpy(), expected_w[i], **TOL, msg=f"after step {i}")
 
     @parameterized.named_parameters(FAMILY_PARAMS)
     def test_statistics_interval_one_records_every_step(self, family):
         """statistics_interval=1 on the same data: each step's own diagnostics
         (step 2: (0.5, 1/2, 1/2, 0.55), see the test above)."""
         cls, make_variable = FAMILIES[family]
-        grads = _grads([[1.0, 0.0], [3.0, 2.0]],
-                       [[2.0, 4.0], [0.0, 2.0]],
-                       [[1.0, 1.0], [-1.0, 0.0]])
+        grads = _grads(
+            [[1.0, 0.0], [3.0, 2.0]], [[2.0, 4.0], [0.0, 2.0]], [[1.0, 1.0], [-1.0, 0.0]]
+        )
         expected = [[2.5, 0.0, 0.5, 0.7], [5.0, 0.0, 0.5, 0.6], [0.5, 0.5, 0.5, 0.55]]
         for i, _, opt in util.custom_loop_steps(
-                util.strategy_for(2), lambda: cls(learning_rate=1.0, gamma=0.1),
-                {"w": np.zeros(2, np.float32)}, grads, make_variable=make_variable):
+            util.strategy_for(2),
+            lambda: cls(learning_rate=1.0, gamma=0.1),
+            {"w": np.zeros(2, np.float32)},
+            grads,
+            make_variable=make_variable,
+        ):
             self.assertAllClose(_statistics(opt), expected[i], **TOL, msg=f"after step {i}")
 
 

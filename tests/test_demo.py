@@ -9,10 +9,10 @@ import os
 import shutil
 import tempfile
 
-from absl import flags
-from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
 
 from vrgd_tf.demo import digits_large_batch as demo
 
@@ -31,15 +31,20 @@ def _numpy_logits(weights, x):
 
 
 class DigitsDemoTest(tf.test.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.out_dir = tempfile.mkdtemp(prefix="digits_demo_")
         cls.config = demo.DemoConfig(
-            replicas=2, global_batch=64, epochs=2, warmup_epochs=1,
-            optimizers=("lamb", "vrgd_lars"), hidden_units=(32,),
-            output_dir=cls.out_dir, keras_verbose=0)
+            replicas=2,
+            global_batch=64,
+            epochs=2,
+            warmup_epochs=1,
+            optimizers=("lamb", "vrgd_lars"),
+            hidden_units=(32,),
+            output_dir=cls.out_dir,
+            keras_verbose=0,
+        )
         cls.results = demo.run(cls.config)
         with open(os.path.join(cls.out_dir, demo.RESULTS_JSON)) as f:
             cls.payload = json.load(f)
@@ -56,14 +61,16 @@ class DigitsDemoTest(tf.test.TestCase):
         for row in rows:
             for key in ("train_accuracy", "test_accuracy"):
                 self.assertBetween(row[key], 0.0, 1.0)
-            self.assertEqual(row["generalization_gap"],
-                             row["train_accuracy"] - row["test_accuracy"])
+            self.assertEqual(
+                row["generalization_gap"], row["train_accuracy"] - row["test_accuracy"]
+            )
             self.assertGreater(row["wall_time_s"], 0.0)
             self.assertGreater(row["ms_per_step"], 0.0)
             self.assertLess(row["ms_per_step"] / 1000.0, row["wall_time_s"])
-        self.assertEqual(self.payload["data"],
-                         {"num_train": 1297, "num_test": 500, "steps_per_epoch": 21,
-                          "per_replica_batch": 32})
+        self.assertEqual(
+            self.payload["data"],
+            {"num_train": 1297, "num_test": 500, "steps_per_epoch": 21, "per_replica_batch": 32},
+        )
 
     def test_it_learns(self):
         # 42 steps of batch 64, far from converged, but above chance (10%). LARS, whose
@@ -88,6 +95,7 @@ class DigitsDemoTest(tf.test.TestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), _PNG_SIGNATURE)
         import matplotlib.image  # pylint: disable=g-import-not-at-top
+
         image = matplotlib.image.imread(path)
         self.assertEqual(image.ndim, 3)
         self.assertGreater(image.shape[0], 100)
@@ -97,12 +105,15 @@ class DigitsDemoTest(tf.test.TestCase):
         data = self.results.data
         for run in self.results.runs:
             weights = run.model.get_weights()
-            for x, y, reported in ((data.x_train, data.y_train, run.train_accuracy),
-                                   (data.x_test, data.y_test, run.test_accuracy)):
+            for x, y, reported in (
+                (data.x_train, data.y_train, run.train_accuracy),
+                (data.x_test, data.y_test, run.test_accuracy),
+            ):
                 predictions = np.argmax(_numpy_logits(weights, x), axis=1)
                 # float64 vs float32 logits: allow one near-tie to flip.
-                self.assertAllClose(reported, np.mean(predictions == y), atol=1.0 / len(y),
-                                    msg=run.name)
+                self.assertAllClose(
+                    reported, np.mean(predictions == y), atol=1.0 / len(y), msg=run.name
+                )
 
     def test_split_is_stratified_scaled_and_disjoint(self):
         data = self.results.data
@@ -135,8 +146,9 @@ class DigitsDemoTest(tf.test.TestCase):
             self.assertGreaterEqual(values["mean_gsnr"], 0.0)
         summary = self.payload["runs"]["vrgd_lars"]["vrgd_statistics"]["all_weights"]
         self.assertBetween(summary["frac_at_gamma"], 0.0, 1.0)
-        self.assertLen(self.payload["runs"]["vrgd_lars"]["curves"]["frac_at_gamma"],
-                       self.config.epochs)
+        self.assertLen(
+            self.payload["runs"]["vrgd_lars"]["curves"]["frac_at_gamma"], self.config.epochs
+        )
 
     def test_table_lists_every_run(self):
         table = demo.format_table(self.results.rows)
@@ -151,7 +163,6 @@ class DigitsDemoTest(tf.test.TestCase):
 
 
 class DemoConfigValidationTest(tf.test.TestCase):
-
     def test_bad_fields_raise_clear_errors(self):
         cases = [
             (dict(replicas=8, global_batch=100), "divisible by --replicas=8"),
@@ -183,9 +194,17 @@ class DemoConfigValidationTest(tf.test.TestCase):
             with self.assertRaises(flags.IllegalFlagValueError):
                 flags.FLAGS(["demo", "--optimizers=lamb,sgd"])
         with flagsaver.flagsaver():
-            flags.FLAGS(["demo", "--replicas=4", "--global_batch=2048", "--epochs=3",
-                         "--warmup_epochs=1",
-                         "--optimizers=lars,vrgd_lars", "--hidden_units=16,8"])
+            flags.FLAGS(
+                [
+                    "demo",
+                    "--replicas=4",
+                    "--global_batch=2048",
+                    "--epochs=3",
+                    "--warmup_epochs=1",
+                    "--optimizers=lars,vrgd_lars",
+                    "--hidden_units=16,8",
+                ]
+            )
             config = demo.config_from_flags()
             self.assertEqual(config.replicas, 4)
             self.assertEqual(config.global_batch, 2048)

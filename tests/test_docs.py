@@ -21,7 +21,6 @@ def _text_files():
 
 
 class SpecCitationTest(tf.test.TestCase):
-
     def test_spec_citations_resolve(self):
         with open(os.path.join(REPO, "docs", "spec.md")) as f:
             sections = set(re.findall(r"^## (\d+)\. ", f.read(), re.M))

@@ -15,8 +15,9 @@ from vrgd_tf.data import fashion_mnist as fm
 
 def write_idx(path, array):
     """Writes uint8 ``array`` as a gzipped IDX file; returns its sha256."""
-    header = b"\x00\x00\x08" + bytes([array.ndim]) + struct.pack(
-        ">" + "I" * array.ndim, *array.shape)
+    header = (
+        b"\x00\x00\x08" + bytes([array.ndim]) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    )
     with gzip.open(path, "wb") as f:
         f.write(header + array.astype(np.uint8).tobytes())
     with open(path, "rb") as f:
@@ -27,11 +28,11 @@ def synthetic_dir(n_train=100, n_test=20):
     """Four IDX files: image i is filled with the value i % 256, label i % 10."""
     d = tempfile.mkdtemp()
     arrays = {
-        "train-images-idx3-ubyte.gz": np.stack([np.full((28, 28), i % 256)
-                                                for i in range(n_train)]),
+        "train-images-idx3-ubyte.gz": np.stack(
+            [np.full((28, 28), i % 256) for i in range(n_train)]
+        ),
         "train-labels-idx1-ubyte.gz": np.arange(n_train) % 10,
-        "t10k-images-idx3-ubyte.gz": np.stack([np.full((28, 28), 255 - i)
-                                               for i in range(n_test)]),
+        "t10k-images-idx3-ubyte.gz": np.stack([np.full((28, 28), 255 - i) for i in range(n_test)]),
         "t10k-labels-idx1-ubyte.gz": np.arange(n_test) % 10,
     }
     shas = {name: write_idx(os.path.join(d, name), a) for name, a in arrays.items()}
@@ -39,7 +40,6 @@ def synthetic_dir(n_train=100, n_test=20):
 
 
 class FashionMNISTTest(tf.test.TestCase):
-
     def test_split_is_stratified_seeded_and_scaled(self):
         d, shas = synthetic_dir()
         data = fm.load(d, val_size=20, files=shas)
@@ -87,8 +87,9 @@ class FashionMNISTTest(tf.test.TestCase):
         if not all(os.path.isfile(os.path.join(fm.DEFAULT_DIR, n)) for n in fm.FILES):
             self.skipTest("Debian's dataset-fashion-mnist is not installed")
         data = fm.load()
-        self.assertEqual([len(data.y_train), len(data.y_val), len(data.y_test)],
-                         [55000, 5000, 10000])
+        self.assertEqual(
+            [len(data.y_train), len(data.y_val), len(data.y_test)], [55000, 5000, 10000]
+        )
         np.testing.assert_array_equal(np.bincount(data.y_val), [500] * 10)
         np.testing.assert_array_equal(np.bincount(data.y_test), [1000] * 10)
         self.assertBetween(float(data.x_train.mean()), 0.2, 0.4)

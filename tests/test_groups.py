@@ -13,42 +13,59 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
+import vrgd_tf
+from vrgd_tf import tf_keras as vtk
+
 import numpy_reference as ref
 import util
-import vrgd_tf
 from util import make_problem
-from vrgd_tf import tf_keras as vtk
 
 K = 4  # GSNR samples per step
 STEPS = 3
 
 CASES = {
-    "sgd": (vrgd_tf.VRGDSGD, vtk.VRGDSGD, dict(learning_rate=0.1, momentum=0.9),
-            lambda: ref.SGD(0.1, 0.9), 0.0),
-    "adam": (vrgd_tf.VRGDAdam, vtk.VRGDAdam, dict(learning_rate=0.01),
-             lambda: ref.Adam(0.01), 0.9),
-    "lars": (vrgd_tf.VRGDLars, vtk.VRGDLars,
-             dict(learning_rate=0.5, momentum=0.9, weight_decay_rate=0.01, eeta=0.01,
-                  exclude_from_weight_decay=["bias"]),
-             lambda: ref.Lars(0.5, 0.9, 0.01, 0.01, exclude_from_weight_decay=["bias"]), 0.0),
-    "lamb": (vrgd_tf.VRGDLamb, vtk.VRGDLamb,
-             dict(learning_rate=0.01, weight_decay_rate=0.01,
-                  exclude_from_weight_decay=["bias"]),
-             lambda: ref.Lamb(0.01, weight_decay_rate=0.01,
-                              exclude_from_weight_decay=["bias"]), 0.9),
+    "sgd": (
+        vrgd_tf.VRGDSGD,
+        vtk.VRGDSGD,
+        dict(learning_rate=0.1, momentum=0.9),
+        lambda: ref.SGD(0.1, 0.9),
+        0.0,
+    ),
+    "adam": (vrgd_tf.VRGDAdam, vtk.VRGDAdam, dict(learning_rate=0.01), lambda: ref.Adam(0.01), 0.9),
+    "lars": (
+        vrgd_tf.VRGDLars,
+        vtk.VRGDLars,
+        dict(
+            learning_rate=0.5,
+            momentum=0.9,
+            weight_decay_rate=0.01,
+            eeta=0.01,
+            exclude_from_weight_decay=["bias"],
+        ),
+        lambda: ref.Lars(0.5, 0.9, 0.01, 0.01, exclude_from_weight_decay=["bias"]),
+        0.0,
+    ),
+    "lamb": (
+        vrgd_tf.VRGDLamb,
+        vtk.VRGDLamb,
+        dict(learning_rate=0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+        lambda: ref.Lamb(0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+        0.9,
+    ),
 }
 
 
-def run_grouped(replicas, make_optimizer, init, grads, *, tf_variables=False,
-                jit_compile=False):
+def run_grouped(replicas, make_optimizer, init, grads, *, tf_variables=False, jit_compile=False):
     """Applies ``grads[n][step, j]`` (the K samples) as ``replicas`` x ``K / replicas``
     groups: replica d sums samples d*m .. d*m + m - 1 and their squares."""
     m = K // replicas
     strategy = util.strategy_for(replicas)
     names = sorted(init)
     with strategy.scope():
-        variables = {n: (tf.Variable(init[n], name=n) if tf_variables
-                         else keras.Variable(init[n], name=n)) for n in names}
+        variables = {
+            n: (tf.Variable(init[n], name=n) if tf_variables else keras.Variable(init[n], name=n))
+            for n in names
+        }
         opt = make_optimizer()
         if not tf_variables:
             opt.build([variables[n] for n in names])
@@ -61,7 +78,10 @@ def run_grouped(replicas, make_optimizer, init, grads, *, tf_variables=False,
             mine = {n: tf.gather(consts[n][i], tf.range(rid * m, rid * m + m)) for n in names}
             opt.apply_grouped_gradients(
                 [(tf.reduce_sum(mine[n], 0), variables[n]) for n in names],
-                [tf.reduce_sum(tf.square(mine[n]), 0) for n in names], num_groups=m)
+                [tf.reduce_sum(tf.square(mine[n]), 0) for n in names],
+                num_groups=m,
+            )
+
         strategy.run(fn)
 
     for i in range(STEPS):
@@ -70,7 +90,6 @@ def run_grouped(replicas, make_optimizer, init, grads, *, tf_variables=False,
 
 
 class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.product(name=sorted(CASES), family=["keras3", "tf_keras"])
     def test_replicas_times_groups_is_what_counts(self, name, family):
         keras3_cls, tf_keras_cls, kwargs, base, beta_3 = CASES[name]
@@ -79,22 +98,36 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
         results = {}
         for replicas in (1, 2, 4):
             results[replicas], opt = run_grouped(
-                replicas, lambda: cls(**kwargs), init, grads,  # noqa: B023
-                tf_variables=family == "tf_keras")
-            self.assertGreater(max(s["mean_gsnr"] for s in opt.vrgd_statistics().values()),
-                               0.0)
+                replicas,
+                lambda: cls(**kwargs),
+                init,
+                grads,  # noqa: B023
+                tf_variables=family == "tf_keras",
+            )
+            self.assertGreater(max(s["mean_gsnr"] for s in opt.vrgd_statistics().values()), 0.0)
         expected = util.numpy_run(ref.VRGD(base(), 0.1, beta_3), init, grads)
         for replicas, weights in results.items():
             for n in init:
-                self.assertAllClose(weights[n], results[4][n], rtol=1e-6, atol=1e-6,
-                                    msg=f"{replicas} x {K // replicas}, {n}")
-                self.assertAllClose(weights[n], expected[n], rtol=1e-5, atol=1e-5,
-                                    msg=f"{replicas} x {K // replicas} vs reference, {n}")
+                self.assertAllClose(
+                    weights[n],
+                    results[4][n],
+                    rtol=1e-6,
+                    atol=1e-6,
+                    msg=f"{replicas} x {K // replicas}, {n}",
+                )
+                self.assertAllClose(
+                    weights[n],
+                    expected[n],
+                    rtol=1e-5,
+                    atol=1e-5,
+                    msg=f"{replicas} x {K // replicas} vs reference, {n}",
+                )
 
     def test_one_group_with_the_squares_is_apply_gradients(self):
         init, grads = make_problem(2, seed=12, steps=STEPS)
-        grouped, _ = util.run_custom_loop(util.strategy_for(2),
-                                          lambda: vrgd_tf.VRGDLamb(0.01), init, grads)
+        grouped, _ = util.run_custom_loop(
+            util.strategy_for(2), lambda: vrgd_tf.VRGDLamb(0.01), init, grads
+        )
         strategy = util.strategy_for(2)
         names = sorted(init)
         with strategy.scope():
@@ -107,8 +140,12 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
             def fn():
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 g = [tf.gather(tf.constant(grads[n])[i], rid) for n in names]
-                opt.apply_grouped_gradients(list(zip(g, [variables[n] for n in names])),
-                                            [tf.square(x) for x in g], num_groups=1)
+                opt.apply_grouped_gradients(
+                    list(zip(g, [variables[n] for n in names])),
+                    [tf.square(x) for x in g],
+                    num_groups=1,
+                )
+
             strategy.run(fn)
 
         for i in range(STEPS):
@@ -120,8 +157,7 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
         init, grads = make_problem(K, seed=13, steps=STEPS)
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             eager, _ = run_grouped(1, lambda: vrgd_tf.VRGDAdam(0.01), init, grads)
-            xla, opt = run_grouped(1, lambda: vrgd_tf.VRGDAdam(0.01), init, grads,
-                                   jit_compile=True)
+            xla, opt = run_grouped(1, lambda: vrgd_tf.VRGDAdam(0.01), init, grads, jit_compile=True)
             logging.getLogger("vrgd_tf").warning("sentinel")
         self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
         for n in init:
@@ -160,15 +196,17 @@ class AggregatorTest(tf.test.TestCase):
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 local = [tf.gather(c[i], rid) for c in consts]  # this replica's gradients
                 summed = aggregator(local, variables)  # VRGD sum over the replicas
-                optimizer.apply_gradients(zip(summed, variables),
-                                          experimental_aggregate_gradients=False)
+                optimizer.apply_gradients(
+                    zip(summed, variables), experimental_aggregate_gradients=False
+                )
+
             strategy.run(replica_step)
 
         for i in range(STEPS):
             train_step(tf.constant(i))
-        expected, _ = util.run_custom_loop(util.strategy_for(2),
-                                           lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9),
-                                           init, grads)
+        expected, _ = util.run_custom_loop(
+            util.strategy_for(2), lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9), init, grads
+        )
         for v, n in zip(variables, names):
             self.assertAllClose(v.numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7)
         self.assertEqual(sorted(aggregator.statistics()), names)
@@ -187,14 +225,22 @@ class AggregatorTest(tf.test.TestCase):
             aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
             aggregator.build([variables[n] for n in names])
         got, _ = util.run_custom_loop(
-            strategy, lambda: tf_keras.optimizers.legacy.RMSprop(
-                0.01, gradient_aggregator=aggregator.gradient_aggregator),
-            init, grads, existing=variables)
-        VRGDRMSprop = vtk.make_vrgd_optimizer(tf_keras.optimizers.legacy.RMSprop,
-                                              register=False)
+            strategy,
+            lambda: tf_keras.optimizers.legacy.RMSprop(
+                0.01, gradient_aggregator=aggregator.gradient_aggregator
+            ),
+            init,
+            grads,
+            existing=variables,
+        )
+        VRGDRMSprop = vtk.make_vrgd_optimizer(tf_keras.optimizers.legacy.RMSprop, register=False)
         expected, _ = util.run_custom_loop(
-            util.strategy_for(2), lambda: VRGDRMSprop(0.01, beta_3=0.9), init, grads,
-            make_variable=mk)
+            util.strategy_for(2),
+            lambda: VRGDRMSprop(0.01, beta_3=0.9),
+            init,
+            grads,
+            make_variable=mk,
+        )
         for n in names:
             self.assertAllClose(got[n].numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7)
 
@@ -218,14 +264,17 @@ class AggregatorTest(tf.test.TestCase):
             def fn():
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 return agg([tf.gather(c[i], rid) for c in consts], variables)
+
             return strategy.run(fn)
 
         step(tf.constant(0))
         path = tf.train.Checkpoint(aggregator=agg).save(self.get_temp_dir() + "/ckpt")
         _, restored = make()
         tf.train.Checkpoint(aggregator=restored).restore(path).assert_consumed()
-        for a, b in zip(agg.state.deficits + agg.state.statistics,
-                        restored.state.deficits + restored.state.statistics):
+        for a, b in zip(
+            agg.state.deficits + agg.state.statistics,
+            restored.state.deficits + restored.state.statistics,
+        ):
             for copy in util.replica_values(b):
                 self.assertAllEqual(copy, a.numpy())
         self.assertGreater(np.abs(agg.state.deficits[0].numpy()).max(), 0.0)

@@ -10,25 +10,64 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import numpy_reference as ref
-import util
 import vrgd_tf
 
+import numpy_reference as ref
+import util
+
 ALL = {
-    "VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True,
-                                      gamma=0.2, beta_3=0.5, statistics_interval=7)),
-    "VRGDAdam": (vrgd_tf.VRGDAdam, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99,
-                                        epsilon=1e-6, amsgrad=True, gamma=0.3, beta_3=0.7)),
-    "VRGDLars": (vrgd_tf.VRGDLars, dict(learning_rate=0.5, momentum=0.8, weight_decay_rate=1e-3,
-                                        eeta=0.01, nesterov=True, classic_momentum=False,
-                                        exclude_from_weight_decay=["bias"],
-                                        exclude_from_layer_adaptation=["bn"], gamma=0.05,
-                                        beta_3=0.0)),
-    "VRGDLamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99,
-                                        epsilon=1e-5, weight_decay_rate=0.01,
-                                        exclude_from_weight_decay=["bias", "LayerNorm"],
-                                        exclude_from_layer_adaptation=None, gamma=0.1,
-                                        beta_3=0.9)),
+    "VRGDSGD": (
+        vrgd_tf.VRGDSGD,
+        dict(
+            learning_rate=0.05,
+            momentum=0.8,
+            nesterov=True,
+            gamma=0.2,
+            beta_3=0.5,
+            statistics_interval=7,
+        ),
+    ),
+    "VRGDAdam": (
+        vrgd_tf.VRGDAdam,
+        dict(
+            learning_rate=0.01,
+            beta_1=0.8,
+            beta_2=0.99,
+            epsilon=1e-6,
+            amsgrad=True,
+            gamma=0.3,
+            beta_3=0.7,
+        ),
+    ),
+    "VRGDLars": (
+        vrgd_tf.VRGDLars,
+        dict(
+            learning_rate=0.5,
+            momentum=0.8,
+            weight_decay_rate=1e-3,
+            eeta=0.01,
+            nesterov=True,
+            classic_momentum=False,
+            exclude_from_weight_decay=["bias"],
+            exclude_from_layer_adaptation=["bn"],
+            gamma=0.05,
+            beta_3=0.0,
+        ),
+    ),
+    "VRGDLamb": (
+        vrgd_tf.VRGDLamb,
+        dict(
+            learning_rate=0.01,
+            beta_1=0.8,
+            beta_2=0.99,
+            epsilon=1e-5,
+            weight_decay_rate=0.01,
+            exclude_from_weight_decay=["bias", "LayerNorm"],
+            exclude_from_layer_adaptation=None,
+            gamma=0.1,
+            beta_3=0.9,
+        ),
+    ),
 }
 
 
@@ -41,21 +80,23 @@ def linear_problem(seed=0, n=16, d_in=4, d_out=3):
 
 
 def build_linear_model(w0):
-    model = keras.Sequential([keras.Input((w0.shape[0],)),
-                              keras.layers.Dense(w0.shape[1], name="dense")])
+    model = keras.Sequential(
+        [keras.Input((w0.shape[0],)), keras.layers.Dense(w0.shape[1], name="dense")]
+    )
     model.layers[0].kernel.assign(w0)
     return model
 
 
 class FitTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.product(k=[2, 4], name=["VRGDSGD", "VRGDLamb"])
     def test_model_fit_matches_reference(self, k, name):
         """model.fit: the per-replica gradient is (1/k) d/dw mean-loss(shard d)."""
         x, y, w0 = linear_problem(seed=k)
         steps, n = 3, x.shape[0]
-        cls, kwargs = {"VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
-                       "VRGDLamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.05))}[name]
+        cls, kwargs = {
+            "VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
+            "VRGDLamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.05)),
+        }[name]
         base = {"VRGDSGD": lambda: ref.SGD(0.1, 0.9), "VRGDLamb": lambda: ref.Lamb(0.05)}[name]
         strategy = util.strategy_for(k)
         with strategy.scope():
@@ -71,7 +112,7 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         for _ in range(steps):
             gk, gb = [], []
             for d in range(k):
-                xd, yd = x[d * b:(d + 1) * b], y[d * b:(d + 1) * b]
+                xd, yd = x[d * b : (d + 1) * b], y[d * b : (d + 1) * b]
                 err = xd @ w["kernel"] + w["bias"] - yd
                 scale = 2.0 / (b * yd.shape[1]) / k
                 gk.append(scale * xd.T @ err)
@@ -84,7 +125,6 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class SerializationTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(sorted(ALL))
     def test_config_round_trip(self, name):
         cls, kwargs = ALL[name]
@@ -102,9 +142,12 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             model = build_linear_model(w0)
-            model.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01,
-                                                     exclude_from_weight_decay=["bias"]),
-                          loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDLamb(
+                    learning_rate=0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]
+                ),
+                loss="mse",
+            )
         model.fit(x, y, batch_size=16, epochs=2, verbose=0)
         path = os.path.join(tempfile.mkdtemp(), "m.keras")
         model.save(path)
@@ -113,8 +156,10 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(loaded.optimizer.get_config(), model.optimizer.get_config())
         saved, restored = model.optimizer.variables, loaded.optimizer.variables
         self.assertLen(restored, len(saved))
-        self.assertEqual([v.name for v in saved if v.name.startswith("vrgd_")],
-                         [v.name for v in restored if v.name.startswith("vrgd_")])
+        self.assertEqual(
+            [v.name for v in saved if v.name.startswith("vrgd_")],
+            [v.name for v in restored if v.name.startswith("vrgd_")],
+        )
         self.assertTrue(any("vrgd_deficit" in v.name for v in saved))
         for a, b in zip(saved, restored):
             np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=a.name)
@@ -126,8 +171,13 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         x, y, _ = linear_problem()
         strategy = util.strategy_for(2)
         with strategy.scope():
-            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, name="d1"),
-                                      keras.layers.Dense(3, name="d2")])
+            model = keras.Sequential(
+                [
+                    keras.Input((4,)),
+                    keras.layers.Dense(5, name="d1"),
+                    keras.layers.Dense(3, name="d2"),
+                ]
+            )
             model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01), loss="mse")
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         path = os.path.join(tempfile.mkdtemp(), "m.keras")
@@ -142,6 +192,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
     def test_checkpoint_restores_and_training_continues_exactly(self):
         """4 replicas: 2 steps, checkpoint, 2 more steps == restore into a new run, 2 steps."""
         from util import make_problem
+
         init, grads = make_problem(4, seed=9, steps=4)
         first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
@@ -151,8 +202,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
 
         variables, opt = util.run_custom_loop(strategy, make, init, first)
         ckpt_dir = tempfile.mkdtemp()
-        path = tf.train.Checkpoint(optimizer=opt, **variables).save(
-            os.path.join(ckpt_dir, "ckpt"))
+        path = tf.train.Checkpoint(optimizer=opt, **variables).save(os.path.join(ckpt_dir, "ckpt"))
         saved_deficit = opt._vrgd_state.deficits[0].numpy()
         self.assertGreater(np.abs(saved_deficit).max(), 0.0)
 
@@ -164,8 +214,9 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         for a, b in zip(opt.variables, opt2.variables):
             for copy in util.replica_values(b):
                 np.testing.assert_array_equal(copy, a.numpy(), err_msg=a.path)
-        resumed, _ = util.run_custom_loop(strategy, lambda: opt2, fresh_init(fresh), second,
-                                          existing=fresh)
+        resumed, _ = util.run_custom_loop(
+            strategy, lambda: opt2, fresh_init(fresh), second, existing=fresh
+        )
         for n in init:
             np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy())
 
@@ -175,7 +226,6 @@ def fresh_init(variables):
 
 
 class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(
         (vrgd_tf.VRGDSGD, dict(gamma=0.0), ValueError, "gamma"),
         (vrgd_tf.VRGDSGD, dict(gamma=1.5), ValueError, r"\(0, 1\]"),
@@ -185,12 +235,24 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
         (vrgd_tf.VRGDAdam, dict(learning_rate=-1.0), ValueError, "learning_rate"),
         (vrgd_tf.VRGDAdam, dict(epsilon=-1e-7), ValueError, "epsilon"),
         (vrgd_tf.VRGDSGD, dict(momentum=-0.5), ValueError, "momentum"),
-        (vrgd_tf.VRGDLamb, dict(exclude_from_weight_decay="bias"), TypeError,
-         "exclude_from_weight_decay.*bare string"),
-        (vrgd_tf.VRGDLars, dict(exclude_from_layer_adaptation=["ok", 3]), TypeError,
-         "exclude_from_layer_adaptation"),
-        (vrgd_tf.VRGDLars, dict(exclude_from_weight_decay=["("]), ValueError,
-         "exclude_from_weight_decay"),
+        (
+            vrgd_tf.VRGDLamb,
+            dict(exclude_from_weight_decay="bias"),
+            TypeError,
+            "exclude_from_weight_decay.*bare string",
+        ),
+        (
+            vrgd_tf.VRGDLars,
+            dict(exclude_from_layer_adaptation=["ok", 3]),
+            TypeError,
+            "exclude_from_layer_adaptation",
+        ),
+        (
+            vrgd_tf.VRGDLars,
+            dict(exclude_from_weight_decay=["("]),
+            ValueError,
+            "exclude_from_weight_decay",
+        ),
         (vrgd_tf.Lamb, dict(beta_2=1.0), ValueError, "beta_2"),
     )
     def test_bad_arguments_raise_before_any_state(self, cls, kwargs, error, pattern):
@@ -198,8 +260,7 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
             cls(**kwargs)
 
     def test_schedules_are_accepted(self):
-        sched = keras.optimizers.schedules.CosineDecay(0.1, 100, warmup_target=0.2,
-                                                       warmup_steps=5)
+        sched = keras.optimizers.schedules.CosineDecay(0.1, 100, warmup_target=0.2, warmup_steps=5)
         opt = vrgd_tf.VRGDLars(learning_rate=sched)
         self.assertIsInstance(opt.get_config()["learning_rate"], dict)
 
@@ -207,20 +268,24 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
         """make_vrgd_optimizer on AdamW and Lion: VR on 4 replicas == the base class on one
         device fed the reference's variance-reduced gradient u = p_hat * S1."""
         from util import make_problem
+
         init, grads = make_problem(4, seed=11)
         u = {}
         for n, g in grads.items():
             mom = ref.FactorMomentum(0.9)
-            u[n] = np.stack([mom(f) * s1 for f, s1 in
-                             (ref.gsnr_factor(g[t], 0.1) for t in range(g.shape[0]))])
+            u[n] = np.stack(
+                [mom(f) * s1 for f, s1 in (ref.gsnr_factor(g[t], 0.1) for t in range(g.shape[0]))]
+            )
             u[n] = u[n][:, None].astype(np.float32)
         for base in (keras.optimizers.AdamW, keras.optimizers.Lion):
             cls = vrgd_tf.make_vrgd_optimizer(base, default_beta_3=0.9)
             self.assertEqual(cls.__name__, "VRGD" + base.__name__)
-            vr, _ = util.run_custom_loop(util.strategy_for(4),
-                                         lambda: cls(learning_rate=0.01), init, grads)
-            fed_u, _ = util.run_custom_loop(tf.distribute.get_strategy(),
-                                            lambda: base(learning_rate=0.01), init, u)
+            vr, _ = util.run_custom_loop(
+                util.strategy_for(4), lambda: cls(learning_rate=0.01), init, grads
+            )
+            fed_u, _ = util.run_custom_loop(
+                tf.distribute.get_strategy(), lambda: base(learning_rate=0.01), init, u
+            )
             for n in init:
                 self.assertAllClose(vr[n].numpy(), fed_u[n].numpy(), atol=1e-5, rtol=1e-5)
         with self.assertRaisesRegex(TypeError, "base_class"):
@@ -241,38 +306,51 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
             model.save(paths[name])
 
         def load(path, make_first):
-            code = ("import sys, keras, numpy as np, vrgd_tf\n"
-                    + ("vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW, default_beta_3=0.9)\n"
-                       if make_first else "")
-                    + "try:\n"
-                    "    m = keras.models.load_model(sys.argv[1])\n"
-                    "except TypeError as e:\n"
-                    "    print('FAILED', str(e).splitlines()[0])\n"
-                    "else:\n"
-                    "    d = [np.abs(v.numpy()).max() for v in m.optimizer.variables\n"
-                    "         if 'vrgd_deficit' in v.name]\n"
-                    "    print('LOADED', type(m.optimizer).__name__, int(m.optimizer.iterations),"
-                    " float(max(d)))\n")
+            code = (
+                "import sys, keras, numpy as np, vrgd_tf\n"
+                + (
+                    "vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW, default_beta_3=0.9)\n"
+                    if make_first
+                    else ""
+                )
+                + "try:\n"
+                "    m = keras.models.load_model(sys.argv[1])\n"
+                "except TypeError as e:\n"
+                "    print('FAILED', str(e).splitlines()[0])\n"
+                "else:\n"
+                "    d = [np.abs(v.numpy()).max() for v in m.optimizer.variables\n"
+                "         if 'vrgd_deficit' in v.name]\n"
+                "    print('LOADED', type(m.optimizer).__name__, int(m.optimizer.iterations),"
+                " float(max(d)))\n"
+            )
             repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=repo)
-            out = subprocess.run([sys.executable, "-c", code, path], env=env, cwd=repo,
-                                 capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [sys.executable, "-c", code, path],
+                env=env,
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             self.assertEqual(out.returncode, 0, out.stderr[-3000:])
             return out.stdout.strip().splitlines()[-1]
 
-        self.assertRegex(load(paths["adamw"], make_first=False),
-                         "FAILED Could not locate class 'VRGDAdamW'")
+        self.assertRegex(
+            load(paths["adamw"], make_first=False), "FAILED Could not locate class 'VRGDAdamW'"
+        )
         loaded = load(paths["adamw"], make_first=True).split()
         self.assertEqual(loaded[:3], ["LOADED", "VRGDAdamW", "2"])
         self.assertGreater(float(loaded[3]), 0.0)
-        self.assertEqual(load(paths["lamb"], make_first=False).split()[:3],
-                         ["LOADED", "VRGDLamb", "2"])
+        self.assertEqual(
+            load(paths["lamb"], make_first=False).split()[:3], ["LOADED", "VRGDLamb", "2"]
+        )
 
 
 class HookGuardTest(tf.test.TestCase):
-
     def test_bypassed_hook_fails_loudly(self):
         """If Keras stops calling _all_reduce_sum_gradients, apply must raise."""
+
         class Bypassed(vrgd_tf.VRGDSGD):
             def _backend_update_step(self, grads, trainable_variables, learning_rate):
                 for g, v in zip(grads, trainable_variables):
@@ -280,8 +358,9 @@ class HookGuardTest(tf.test.TestCase):
 
         init, grads = util.make_problem(2, seed=1, steps=1)
         with self.assertRaisesRegex(RuntimeError, "bypassed"):
-            util.run_custom_loop(util.strategy_for(2), lambda: Bypassed(learning_rate=0.1),
-                                 init, grads)
+            util.run_custom_loop(
+                util.strategy_for(2), lambda: Bypassed(learning_rate=0.1), init, grads
+            )
 
 
 if __name__ == "__main__":

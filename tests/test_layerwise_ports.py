@@ -15,7 +15,6 @@ it always gets weight decay and the trust ratio). Model Garden matches patterns 
 bare name here.
 """
 
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -39,36 +38,76 @@ LARS_CASES = [
     ("momentum_eeta", dict(momentum=0.5, eeta=0.05)),
     ("no_momentum", dict(momentum=0.0, eeta=0.02)),
     ("weight_decay_all", dict(weight_decay_rate=0.1, eeta=0.01)),
-    ("wd_excludes_bias_la_excludes_kernel",
-     dict(weight_decay_rate=0.1, eeta=0.01, exclude_from_weight_decay=["bias"],
-          exclude_from_layer_adaptation=["kernel"])),
-    ("wd_excludes_bias_la_falls_back",
-     dict(weight_decay_rate=0.1, eeta=0.01, exclude_from_weight_decay=["bias"])),
-    ("la_excludes_bias_only",
-     dict(weight_decay_rate=0.1, eeta=0.01, exclude_from_layer_adaptation=["bias"])),
-    ("all_options_classic",
-     dict(momentum=0.8, weight_decay_rate=0.05, eeta=0.02, nesterov=True,
-          exclude_from_weight_decay=["kernel"], exclude_from_layer_adaptation=["bias"])),
-    ("all_options_popular",
-     dict(momentum=0.8, weight_decay_rate=0.05, eeta=0.02, nesterov=True,
-          classic_momentum=False, exclude_from_weight_decay=["bias"],
-          exclude_from_layer_adaptation=["kernel"])),
+    (
+        "wd_excludes_bias_la_excludes_kernel",
+        dict(
+            weight_decay_rate=0.1,
+            eeta=0.01,
+            exclude_from_weight_decay=["bias"],
+            exclude_from_layer_adaptation=["kernel"],
+        ),
+    ),
+    (
+        "wd_excludes_bias_la_falls_back",
+        dict(weight_decay_rate=0.1, eeta=0.01, exclude_from_weight_decay=["bias"]),
+    ),
+    (
+        "la_excludes_bias_only",
+        dict(weight_decay_rate=0.1, eeta=0.01, exclude_from_layer_adaptation=["bias"]),
+    ),
+    (
+        "all_options_classic",
+        dict(
+            momentum=0.8,
+            weight_decay_rate=0.05,
+            eeta=0.02,
+            nesterov=True,
+            exclude_from_weight_decay=["kernel"],
+            exclude_from_layer_adaptation=["bias"],
+        ),
+    ),
+    (
+        "all_options_popular",
+        dict(
+            momentum=0.8,
+            weight_decay_rate=0.05,
+            eeta=0.02,
+            nesterov=True,
+            classic_momentum=False,
+            exclude_from_weight_decay=["bias"],
+            exclude_from_layer_adaptation=["kernel"],
+        ),
+    ),
 ]
 
 LAMB_CASES = [
     ("defaults", dict()),
     ("betas_epsilon", dict(beta_1=0.5, beta_2=0.9, epsilon=1e-2)),
     ("weight_decay_all", dict(weight_decay_rate=0.1)),
-    ("wd_excludes_bias_la_excludes_kernel",
-     dict(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"],
-          exclude_from_layer_adaptation=["kernel"])),
-    ("wd_excludes_bias_la_falls_back",
-     dict(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"])),
-    ("la_excludes_bias_only",
-     dict(weight_decay_rate=0.1, exclude_from_layer_adaptation=["bias"])),
-    ("all_options",
-     dict(beta_1=0.7, beta_2=0.95, epsilon=1e-3, weight_decay_rate=0.05,
-          exclude_from_weight_decay=["kernel"], exclude_from_layer_adaptation=["bias"])),
+    (
+        "wd_excludes_bias_la_excludes_kernel",
+        dict(
+            weight_decay_rate=0.1,
+            exclude_from_weight_decay=["bias"],
+            exclude_from_layer_adaptation=["kernel"],
+        ),
+    ),
+    (
+        "wd_excludes_bias_la_falls_back",
+        dict(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"]),
+    ),
+    ("la_excludes_bias_only", dict(weight_decay_rate=0.1, exclude_from_layer_adaptation=["bias"])),
+    (
+        "all_options",
+        dict(
+            beta_1=0.7,
+            beta_2=0.95,
+            epsilon=1e-3,
+            weight_decay_rate=0.05,
+            exclude_from_weight_decay=["kernel"],
+            exclude_from_layer_adaptation=["bias"],
+        ),
+    ),
 ]
 
 
@@ -77,8 +116,10 @@ def make_data(seed):
     direction and a scale between e**-2 and e**2, per element."""
     rng = np.random.RandomState(seed)
     init = {n: rng.randn(*s).astype(np.float32) for n, s in SHAPES.items()}
-    grads = {n: (rng.randn(STEPS, *s) * np.exp(rng.uniform(-2.0, 2.0, (STEPS,) + s)))
-             .astype(np.float32) for n, s in SHAPES.items()}
+    grads = {
+        n: (rng.randn(STEPS, *s) * np.exp(rng.uniform(-2.0, 2.0, (STEPS,) + s))).astype(np.float32)
+        for n, s in SHAPES.items()
+    }
     return init, grads
 
 
@@ -105,7 +146,6 @@ def run_port(cls, kwargs, init, grads):
 
 
 class LayerwisePortsTest(tf.test.TestCase, parameterized.TestCase):
-
     def assert_same_trajectory(self, got, expected, init):
         for t, (g, e) in enumerate(zip(got, expected)):
             for n in init:
@@ -118,26 +158,51 @@ class LayerwisePortsTest(tf.test.TestCase, parameterized.TestCase):
     def test_lars_port_steps_as_model_garden_lars(self, kwargs):
         init, grads = make_data(1)
         kwargs = dict(learning_rate=0.5, **kwargs)
-        self.assert_same_trajectory(run_port(vrgd_tf.Lars, kwargs, init, grads),
-                                    run_model_garden(mg_lars.LARS, kwargs, init, grads), init)
+        self.assert_same_trajectory(
+            run_port(vrgd_tf.Lars, kwargs, init, grads),
+            run_model_garden(mg_lars.LARS, kwargs, init, grads),
+            init,
+        )
 
     @parameterized.named_parameters(LAMB_CASES)
     def test_lamb_port_steps_as_model_garden_lamb(self, kwargs):
         init, grads = make_data(2)
         kwargs = dict(learning_rate=0.05, **kwargs)
-        self.assert_same_trajectory(run_port(vrgd_tf.Lamb, kwargs, init, grads),
-                                    run_model_garden(mg_lamb.LAMB, kwargs, init, grads), init)
+        self.assert_same_trajectory(
+            run_port(vrgd_tf.Lamb, kwargs, init, grads),
+            run_model_garden(mg_lamb.LAMB, kwargs, init, grads),
+            init,
+        )
 
     @parameterized.named_parameters(
-        ("lars", mg_lars.LARS, dict(learning_rate=0.5, weight_decay_rate=0.1),
-         [dict(nesterov=True), dict(classic_momentum=False), dict(momentum=0.5),
-          dict(eeta=0.01), dict(weight_decay_rate=0.0),
-          dict(exclude_from_weight_decay=["bias"]),
-          dict(exclude_from_layer_adaptation=["bias"])]),
-        ("lamb", mg_lamb.LAMB, dict(learning_rate=0.05, weight_decay_rate=0.1),
-         [dict(beta_1=0.5), dict(beta_2=0.9), dict(epsilon=1e-2),
-          dict(weight_decay_rate=0.0), dict(exclude_from_weight_decay=["bias"]),
-          dict(exclude_from_layer_adaptation=["bias"])]))
+        (
+            "lars",
+            mg_lars.LARS,
+            dict(learning_rate=0.5, weight_decay_rate=0.1),
+            [
+                dict(nesterov=True),
+                dict(classic_momentum=False),
+                dict(momentum=0.5),
+                dict(eeta=0.01),
+                dict(weight_decay_rate=0.0),
+                dict(exclude_from_weight_decay=["bias"]),
+                dict(exclude_from_layer_adaptation=["bias"]),
+            ],
+        ),
+        (
+            "lamb",
+            mg_lamb.LAMB,
+            dict(learning_rate=0.05, weight_decay_rate=0.1),
+            [
+                dict(beta_1=0.5),
+                dict(beta_2=0.9),
+                dict(epsilon=1e-2),
+                dict(weight_decay_rate=0.0),
+                dict(exclude_from_weight_decay=["bias"]),
+                dict(exclude_from_layer_adaptation=["bias"]),
+            ],
+        ),
+    )
     def test_each_option_changes_the_model_garden_trajectory(self, base, kwargs, flips):
         """Sanity of the cases above: each option flipped alone moves Model Garden's
         weights by at least 100 times the tolerance, so a port that ignored it would fail."""
@@ -147,7 +212,6 @@ class LayerwisePortsTest(tf.test.TestCase, parameterized.TestCase):
             other = run_model_garden(base, dict(kwargs, **flip), init, grads)[-1]
             diff = max(np.abs(other[n] - reference[n]).max() for n in init)
             self.assertGreater(diff, 100 * TOL["atol"], msg=str(flip))
-
 
     # Regression: the ports accepted `epsilon=0` (documented ">= 0") and then divided 0 by 0
     # for an element whose gradient had been 0 so far: vrgd_tf.Lamb(0.1, epsilon=0.0) on

@@ -12,9 +12,10 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import util
 from vrgd_tf import optimizers as k3
 from vrgd_tf import tf_keras as vtk
+
+import util
 
 STEPS = 2
 SHAPES = {"kernel": (4, 3), "bias": (3,)}
@@ -31,20 +32,31 @@ CASES = {
         "Lamb": (k3.Lamb, dict(learning_rate=0.02, weight_decay_rate=0.01), {}),
         "Lars": (k3.Lars, dict(learning_rate=1.0, eeta=0.02, weight_decay_rate=1e-3), {}),
         "VRGDSGD": (k3.VRGDSGD, dict(learning_rate=0.1, momentum=0.9), {}),
-        "VRGDAdam": (k3.VRGDAdam, dict(learning_rate=0.02),
-                     {"bfloat16": ROUNDS, "float16": SECOND_MOMENT}),
+        "VRGDAdam": (
+            k3.VRGDAdam,
+            dict(learning_rate=0.02),
+            {"bfloat16": ROUNDS, "float16": SECOND_MOMENT},
+        ),
         "VRGDLamb": (k3.VRGDLamb, dict(learning_rate=0.02, weight_decay_rate=0.01), {}),
-        "VRGDLars": (k3.VRGDLars, dict(learning_rate=1.0, eeta=0.02, weight_decay_rate=1e-3),
-                     {}),
+        "VRGDLars": (k3.VRGDLars, dict(learning_rate=1.0, eeta=0.02, weight_decay_rate=1e-3), {}),
     },
     "tf_keras": {
         "VRGDSGD": (vtk.VRGDSGD, dict(learning_rate=0.1, momentum=0.9), {}),
-        "VRGDAdam": (vtk.VRGDAdam, dict(learning_rate=0.02),
-                     {"bfloat16": ROUNDS, "float16": SECOND_MOMENT}),
-        "VRGDLamb": (vtk.VRGDLamb, dict(learning_rate=0.02, weight_decay_rate=0.01),
-                     {"bfloat16": ROUNDS, "float16": SECOND_MOMENT}),
-        "VRGDLars": (vtk.VRGDLars, dict(learning_rate=1.0, eeta=0.02, weight_decay_rate=1e-3),
-                     {"bfloat16": LARS_TRACE, "float16": LARS_TRACE}),
+        "VRGDAdam": (
+            vtk.VRGDAdam,
+            dict(learning_rate=0.02),
+            {"bfloat16": ROUNDS, "float16": SECOND_MOMENT},
+        ),
+        "VRGDLamb": (
+            vtk.VRGDLamb,
+            dict(learning_rate=0.02, weight_decay_rate=0.01),
+            {"bfloat16": ROUNDS, "float16": SECOND_MOMENT},
+        ),
+        "VRGDLars": (
+            vtk.VRGDLars,
+            dict(learning_rate=1.0, eeta=0.02, weight_decay_rate=1e-3),
+            {"bfloat16": LARS_TRACE, "float16": LARS_TRACE},
+        ),
     },
 }
 FIX = r"Keep the variables float32.*mixed_bfloat16"
@@ -53,7 +65,7 @@ FIX = r"Keep the variables float32.*mixed_bfloat16"
 # epsilon times the largest weight: the start is the same, so only the rounding of the
 # stored weights (2 steps) and, for rules computing in the variable's dtype, of the update.
 ULPS = 4.0
-EPS = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}  # machine epsilon
+EPS = {"bfloat16": 2.0**-7, "float16": 2.0**-10}  # machine epsilon
 
 
 def as_dtype(x, dtype):
@@ -70,8 +82,7 @@ def problem(k=1, seed=0):
     rng = np.random.RandomState(seed)
     init, grads = {}, {}
     for n, s in SHAPES.items():
-        init[n] = to_float(as_dtype(rng.uniform(0.5, 2.0, s) * rng.choice([-1, 1], s),
-                                    "bfloat16"))
+        init[n] = to_float(as_dtype(rng.uniform(0.5, 2.0, s) * rng.choice([-1, 1], s), "bfloat16"))
         signal = rng.randn(*s) * 10.0 ** rng.uniform(-3, 0, s)
         noise = 0.5 * np.abs(signal) * rng.randn(k, *s) if k > 1 else np.zeros((1,) + s)
         g = (signal + noise) / k
@@ -87,8 +98,13 @@ def make_variable(family, dtype):
 
 def run(family, cls, kwargs, dtype, init, grads, k=1):
     grads = {n: as_dtype(g, dtype) for n, g in grads.items()}
-    variables, opt = util.run_custom_loop(util.strategy_for(k), lambda: cls(**kwargs), init,
-                                          grads, make_variable=make_variable(family, dtype))
+    variables, opt = util.run_custom_loop(
+        util.strategy_for(k),
+        lambda: cls(**kwargs),
+        init,
+        grads,
+        make_variable=make_variable(family, dtype),
+    )
     return {n: v for n, v in variables.items()}, opt
 
 
@@ -96,12 +112,12 @@ def all_cases():
     for family, classes in sorted(CASES.items()):
         for name in sorted(classes):
             for dtype in LOW:
-                yield dict(testcase_name=f"_{family}_{name}_{dtype}", family=family,
-                           name=name, dtype=dtype)
+                yield dict(
+                    testcase_name=f"_{family}_{name}_{dtype}", family=family, name=name, dtype=dtype
+                )
 
 
 class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
-
     def setUp(self):
         super().setUp()
         logging.getLogger("vrgd_tf").setLevel(logging.ERROR)  # the one-replica warning
@@ -111,9 +127,19 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         cls, kwargs, refusals = CASES[family][name]
         init, grads = problem()
         if dtype in refusals:
-            with self.assertRaisesRegex(ValueError, "(?s)" + ".*".join(
-                    [cls.__name__, "cannot train variable '.*kernel.*'", f"of dtype {dtype}",
-                     refusals[dtype], FIX])):
+            with self.assertRaisesRegex(
+                ValueError,
+                "(?s)"
+                + ".*".join(
+                    [
+                        cls.__name__,
+                        "cannot train variable '.*kernel.*'",
+                        f"of dtype {dtype}",
+                        refusals[dtype],
+                        FIX,
+                    ]
+                ),
+            ):
                 run(family, cls, kwargs, dtype, init, grads)
             return
         expected, _ = run(family, cls, kwargs, "float32", init, grads)
@@ -127,19 +153,22 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             moved, moved32 = (np.linalg.norm(w - init[n]), np.linalg.norm(w32 - init[n]))
             self.assertGreater(moved32, 0.02, msg=n)
             self.assertBetween(moved / moved32, 0.8, 1.25)
-            self.assertAllClose(w, w32, rtol=0, atol=ULPS * eps * np.abs(init[n]).max(),
-                                msg=n)
+            self.assertAllClose(w, w32, rtol=0, atol=ULPS * eps * np.abs(init[n]).max(), msg=n)
 
     @parameterized.parameters(
         # (class, kwargs, dtype, None if it builds, else a pattern of the refusal)
         (k3.VRGDSGD, dict(momentum=0.999), "bfloat16", r"momentum=0\.999 rounds to 1\.0"),
-        (k3.VRGDSGD, dict(momentum=0.999), "float16", None),   # 0.99902 in float16
-        (k3.VRGDSGD, dict(momentum=1.0), "bfloat16", None),    # 1 by choice, not rounding
+        (k3.VRGDSGD, dict(momentum=0.999), "float16", None),  # 0.99902 in float16
+        (k3.VRGDSGD, dict(momentum=1.0), "bfloat16", None),  # 1 by choice, not rounding
         (k3.VRGDAdam, dict(epsilon=1e-9), "float16", r"epsilon=1e-09 rounds to 0 in float16"),
-        (k3.VRGDAdam, dict(beta_2=0.99), "bfloat16", None),    # 0.98828 in bfloat16
+        (k3.VRGDAdam, dict(beta_2=0.99), "bfloat16", None),  # 0.98828 in bfloat16
         (k3.VRGDAdam, dict(), "float64", None),
-        (k3.make_vrgd_optimizer(keras.optimizers.Lion, name="VRGDLionForTest",
-                                register=False), dict(), "float16", None),  # no 2nd moment
+        (
+            k3.make_vrgd_optimizer(keras.optimizers.Lion, name="VRGDLionForTest", register=False),
+            dict(),
+            "float16",
+            None,
+        ),  # no 2nd moment
     )
     def test_hyperparameter_checks_are_data_driven(self, cls, kwargs, dtype, refusal):
         opt = cls(learning_rate=0.01, **kwargs)
@@ -152,13 +181,13 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
                 opt.build([variable])
             self.assertFalse(opt.built)  # refused before any state was made
 
-    @parameterized.product(cls=[k3.Lamb, k3.Lars, k3.VRGDLamb, k3.VRGDLars],
-                           dtype=LOW + ("float32", "float64"))
+    @parameterized.product(
+        cls=[k3.Lamb, k3.Lars, k3.VRGDLamb, k3.VRGDLars], dtype=LOW + ("float32", "float64")
+    )
     def test_port_slots_are_float32_for_low_precision_variables(self, cls, dtype):
         opt = cls()
         opt.build([keras.Variable(np.ones(3), dtype=dtype, name="w")])
-        slots = [v for v in opt.variables if v.shape == (3,)
-                 and not v.name.startswith("vrgd_")]
+        slots = [v for v in opt.variables if v.shape == (3,) and not v.name.startswith("vrgd_")]
         self.assertLen(slots, 2 if cls in (k3.Lamb, k3.VRGDLamb) else 1)
         for slot in slots:
             self.assertEqual(slot.dtype, "float32" if dtype in LOW else dtype, slot.name)
@@ -181,12 +210,19 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         cls(0.01).apply_gradients([(tf.constant([0.5, 1e-3, 3.0, 0.02], dtype), v)])
         self.assertEqual(v.dtype, dtype)
         half_spacing_below_one = EPS[dtype] / 4
-        self.assertAllClose(to_float(v), np.full(4, 0.99), rtol=0,
-                            atol=half_spacing_below_one + 1e-4)
+        self.assertAllClose(
+            to_float(v), np.full(4, 0.99), rtol=0, atol=half_spacing_below_one + 1e-4
+        )
 
-    @parameterized.product(family_name=[("keras", "VRGDSGD"), ("keras", "VRGDLamb"),
-                                         ("keras", "VRGDLars"), ("tf_keras", "VRGDSGD")],
-                           dtype=LOW)
+    @parameterized.product(
+        family_name=[
+            ("keras", "VRGDSGD"),
+            ("keras", "VRGDLamb"),
+            ("keras", "VRGDLars"),
+            ("tf_keras", "VRGDSGD"),
+        ],
+        dtype=LOW,
+    )
     def test_gsnr_with_low_precision_gradients_on_two_replicas(self, family_name, dtype):
         """The GSNR step computes in float32 and casts back: finite, same as float32, and
         the factor is active (some elements clipped at gamma)."""
@@ -202,8 +238,9 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         for n in init:
             w = to_float(got[n])
             self.assertTrue(np.all(np.isfinite(w)), msg=f"{n}: {w}")
-            self.assertAllClose(w, to_float(expected[n]), rtol=0,
-                                atol=ULPS * eps * np.abs(init[n]).max(), msg=n)
+            self.assertAllClose(
+                w, to_float(expected[n]), rtol=0, atol=ULPS * eps * np.abs(init[n]).max(), msg=n
+            )
         stats = opt.vrgd_statistics()
         self.assertLen(stats, len(init))
         for n, s in stats.items():
@@ -222,8 +259,7 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             self.assertTrue(np.all(np.isfinite(w)), msg=family)
             # GSNR mean**2 / var: 3721, 0.0011, 3249, 4; mean 1744; factors clip(r / 1744,
             # 0.1, 1) = 1, 0.1, 1, 0.1; w = -lr * factor * (sum over the replicas).
-            self.assertAllClose(w, [-0.61, -0.1 * 20e-3, -0.57, -0.1 * 4e-3], rtol=2e-3,
-                                msg=family)
+            self.assertAllClose(w, [-0.61, -0.1 * 20e-3, -0.57, -0.1 * 4e-3], rtol=2e-3, msg=family)
 
 
 if __name__ == "__main__":

@@ -12,29 +12,42 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import numpy_reference as ref
-import util
 import vrgd_tf
 from vrgd_tf.micro_batches import micro_batch_groups, use_micro_batches
+
+import numpy_reference as ref
+import util
 
 K = 4  # GSNR samples per step
 N = 16  # global batch
 STEPS = 3
 
 OPTIMIZERS = {
-    "VRGDSGD": (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9),
-                lambda: ref.SGD(0.1, 0.9), 0.0),
+    "VRGDSGD": (
+        vrgd_tf.VRGDSGD,
+        dict(learning_rate=0.1, momentum=0.9),
+        lambda: ref.SGD(0.1, 0.9),
+        0.0,
+    ),
     "VRGDAdam": (vrgd_tf.VRGDAdam, dict(learning_rate=0.01), lambda: ref.Adam(0.01), 0.9),
-    "VRGDLars": (vrgd_tf.VRGDLars,
-                 dict(learning_rate=0.5, momentum=0.9, weight_decay_rate=0.01, eeta=0.01,
-                      exclude_from_weight_decay=["bias"]),
-                 lambda: ref.Lars(0.5, 0.9, 0.01, 0.01, exclude_from_weight_decay=["bias"]),
-                 0.0),
-    "VRGDLamb": (vrgd_tf.VRGDLamb,
-                 dict(learning_rate=0.05, weight_decay_rate=0.01,
-                      exclude_from_weight_decay=["bias"]),
-                 lambda: ref.Lamb(0.05, weight_decay_rate=0.01,
-                                  exclude_from_weight_decay=["bias"]), 0.9),
+    "VRGDLars": (
+        vrgd_tf.VRGDLars,
+        dict(
+            learning_rate=0.5,
+            momentum=0.9,
+            weight_decay_rate=0.01,
+            eeta=0.01,
+            exclude_from_weight_decay=["bias"],
+        ),
+        lambda: ref.Lars(0.5, 0.9, 0.01, 0.01, exclude_from_weight_decay=["bias"]),
+        0.0,
+    ),
+    "VRGDLamb": (
+        vrgd_tf.VRGDLamb,
+        dict(learning_rate=0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+        lambda: ref.Lamb(0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+        0.9,
+    ),
 }
 
 
@@ -50,8 +63,17 @@ def dataset(*arrays, batch=N):
     return tf.data.Dataset.from_tensor_slices(arrays).batch(batch, drop_remainder=True).repeat()
 
 
-def fit(replicas, groups, build, make_optimizer, data, *, steps=STEPS, jit_compile=False,
-        compile_kwargs=None):
+def fit(
+    replicas,
+    groups,
+    build,
+    make_optimizer,
+    data,
+    *,
+    steps=STEPS,
+    jit_compile=False,
+    compile_kwargs=None,
+):
     """Builds (``build()`` in the strategy scope), compiles and fits for ``steps`` steps.
 
     ``replicas=None``: no strategy (Keras' default one); ``groups=None``: Keras' own fit
@@ -60,8 +82,11 @@ def fit(replicas, groups, build, make_optimizer, data, *, steps=STEPS, jit_compi
     strategy = tf.distribute.get_strategy() if replicas is None else util.strategy_for(replicas)
     with strategy.scope():
         model = build()
-        model.compile(optimizer=make_optimizer(), jit_compile=jit_compile,
-                      **(compile_kwargs or dict(loss="mse")))
+        model.compile(
+            optimizer=make_optimizer(),
+            jit_compile=jit_compile,
+            **(compile_kwargs or dict(loss="mse")),
+        )
     if groups is not None:
         use_micro_batches(model, groups)
     history = model.fit(data, epochs=steps, steps_per_epoch=1, verbose=0)
@@ -79,7 +104,6 @@ def weights(model):
 
 
 class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(sorted(OPTIMIZERS))
     def test_replicas_times_groups_matches_the_reference(self, name):
         """1 x 4, 2 x 2 and 4 x 1 give the same weights, those of the NumPy reference with
@@ -88,8 +112,13 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
         x, y, w0 = linear_problem(seed=3)
         results = {}
         for replicas in (1, 2, 4):
-            model, _ = fit(replicas, K // replicas, lambda: linear_model(w0),
-                           lambda: cls(gamma=0.1, **kwargs), dataset(x, y))
+            model, _ = fit(
+                replicas,
+                K // replicas,
+                lambda: linear_model(w0),
+                lambda: cls(gamma=0.1, **kwargs),
+                dataset(x, y),
+            )
             results[replicas] = weights(model)
             stats = model.optimizer.vrgd_statistics()
             self.assertLen(stats, 2)
@@ -102,7 +131,7 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
         for _ in range(STEPS):
             gk, gb = [], []
             for q in range(K):
-                xq, yq = x[q * b:(q + 1) * b], y[q * b:(q + 1) * b]
+                xq, yq = x[q * b : (q + 1) * b], y[q * b : (q + 1) * b]
                 err = xq @ w["kernel"] + w["bias"] - yq
                 scale = 2.0 / (b * yq.shape[1]) / K
                 gk.append(scale * xq.T @ err)
@@ -112,8 +141,9 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(vr.factors["kernel"].min(), 1.0)  # VRGD did scale something
         for replicas, got in results.items():
             for a, b_, var in zip(got, results[4], ("kernel", "bias")):
-                self.assertAllClose(a, b_, rtol=1e-6, atol=1e-6,
-                                    msg=f"{replicas} x {K // replicas} vs 4 x 1, {var}")
+                self.assertAllClose(
+                    a, b_, rtol=1e-6, atol=1e-6, msg=f"{replicas} x {K // replicas} vs 4 x 1, {var}"
+                )
             self.assertAllClose(got[0], w["kernel"], rtol=1e-5, atol=1e-5)
             self.assertAllClose(got[1], w["bias"], rtol=1e-5, atol=1e-5)
 
@@ -121,10 +151,22 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
         x, y, w0 = linear_problem(seed=4)
         for replicas in (1, 2):
             make = lambda: vrgd_tf.VRGDLamb(0.05)  # noqa: E731
-            grouped, h1 = fit(replicas, 1, lambda: linear_model(w0), make, dataset(x, y),
-                              compile_kwargs=dict(loss="mse", metrics=["mae"]))
-            plain, h2 = fit(replicas, None, lambda: linear_model(w0), make, dataset(x, y),
-                            compile_kwargs=dict(loss="mse", metrics=["mae"]))
+            grouped, h1 = fit(
+                replicas,
+                1,
+                lambda: linear_model(w0),
+                make,
+                dataset(x, y),
+                compile_kwargs=dict(loss="mse", metrics=["mae"]),
+            )
+            plain, h2 = fit(
+                replicas,
+                None,
+                lambda: linear_model(w0),
+                make,
+                dataset(x, y),
+                compile_kwargs=dict(loss="mse", metrics=["mae"]),
+            )
             for a, b in zip(weights(grouped), weights(plain)):
                 self.assertAllEqual(a, b)
             self.assertEqual(h1, h2)
@@ -136,11 +178,14 @@ def functional_model():
     """Two inputs (a dict), two outputs: the groups' nests are split and re-joined."""
     a = keras.Input((4,), name="a")
     b = keras.Input((2,), name="b")
-    h = keras.layers.Dense(5, activation="tanh", name="hidden")(
-        keras.layers.Concatenate()([a, b]))
-    return keras.Model({"a": a, "b": b},
-                       {"out1": keras.layers.Dense(3, name="out1")(h),
-                        "out2": keras.layers.Dense(1, name="out2")(h)})
+    h = keras.layers.Dense(5, activation="tanh", name="hidden")(keras.layers.Concatenate()([a, b]))
+    return keras.Model(
+        {"a": a, "b": b},
+        {
+            "out1": keras.layers.Dense(3, name="out1")(h),
+            "out2": keras.layers.Dense(1, name="out2")(h),
+        },
+    )
 
 
 class BagOfEmbeddings(keras.Model):
@@ -158,16 +203,14 @@ class BagOfEmbeddings(keras.Model):
 def functional_data(seed=5):
     rng = np.random.RandomState(seed)
     x = {"a": rng.randn(N, 4).astype(np.float32), "b": rng.randn(N, 2).astype(np.float32)}
-    y = {"out1": rng.randn(N, 3).astype(np.float32),
-         "out2": rng.randn(N, 1).astype(np.float32)}
+    y = {"out1": rng.randn(N, 3).astype(np.float32), "out2": rng.randn(N, 1).astype(np.float32)}
     sample_weight = rng.uniform(0.5, 1.5, N).astype(np.float32)
     return x, y, sample_weight
 
 
 def subclassed_data(seed=6):
     rng = np.random.RandomState(seed)
-    return (rng.randint(0, 10, (N, 3)).astype(np.int32),
-            rng.randn(N, 2).astype(np.float32))
+    return (rng.randint(0, 10, (N, 3)).astype(np.int32), rng.randn(N, 2).astype(np.float32))
 
 
 class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
@@ -181,9 +224,11 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
             template = functional_model()
             data = lambda: dataset(x, y, sw)  # noqa: E731
             build = functional_model
-            compile_kwargs = dict(loss={"out1": "mse", "out2": "mse"},
-                                  loss_weights={"out1": 1.0, "out2": 0.5},
-                                  metrics={"out1": ["mae"]})
+            compile_kwargs = dict(
+                loss={"out1": "mse", "out2": "mse"},
+                loss_weights={"out1": 1.0, "out2": 0.5},
+                metrics={"out1": ["mae"]},
+            )
         else:
             ids, y = subclassed_data()
             template = BagOfEmbeddings()
@@ -194,6 +239,7 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
                 model = BagOfEmbeddings()
                 model(ids[:1])
                 return model
+
             compile_kwargs = dict(loss="mse")
         init = template.get_weights()
 
@@ -201,6 +247,7 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
             model = build()
             model.set_weights(init)
             return model
+
         return build_with_init, data, compile_kwargs
 
     @parameterized.parameters("functional", "subclassed")
@@ -208,8 +255,7 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
         build, data, compile_kwargs = self._cases(kind)
         make = lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9)  # noqa: E731
         grouped, h_grouped = fit(1, K, build, make, data(), compile_kwargs=compile_kwargs)
-        replicas, h_replicas = fit(K, None, build, make, data(),
-                                   compile_kwargs=compile_kwargs)
+        replicas, h_replicas = fit(K, None, build, make, data(), compile_kwargs=compile_kwargs)
         for a, b in zip(weights(grouped), weights(replicas)):
             self.assertAllClose(a, b, rtol=1e-6, atol=1e-6)
         self.assertNotAllClose(weights(grouped)[0], build().get_weights()[0])
@@ -229,7 +275,6 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class OneDeviceTest(tf.test.TestCase):
-
     def test_no_single_replica_warning_and_xla_matches(self):
         """One device (no strategy) with 4 groups: VRGD is active without the one-sample
         warning; the XLA-compiled step gives the same weights as the uncompiled one."""
@@ -250,29 +295,36 @@ class OneDeviceTest(tf.test.TestCase):
             for var, s in stats.items():
                 self.assertGreater(s["mean_gsnr"], 0.0, var)
         for var, s in results[True][1].items():
-            self.assertAllClose(s["mean_gsnr"], results[False][1][var]["mean_gsnr"],
-                                rtol=1e-5)
+            self.assertAllClose(s["mean_gsnr"], results[False][1][var]["mean_gsnr"], rtol=1e-5)
 
     def test_digits_model_of_the_demo_trains_with_vrgd_on_one_device(self):
         """The issue's check: fit on one CPU device with 4 groups trains the demo's MLP
         (vrgd_tf.demo.digits_large_batch) on scikit-learn's real digits with VR-LAMB
         active: the loss falls and every variable has a defined GSNR."""
         from vrgd_tf.demo import digits_large_batch as demo
-        config = demo.DemoConfig(replicas=1, global_batch=256, epochs=3, warmup_epochs=1,
-                                 optimizers=("vrgd_lamb",)).validate()
+
+        config = demo.DemoConfig(
+            replicas=1, global_batch=256, epochs=3, warmup_epochs=1, optimizers=("vrgd_lamb",)
+        ).validate()
         data = demo.load_data(config.test_size, config.split_seed)
         steps = demo.steps_per_epoch(config, len(data.y_train))
         keras.utils.set_random_seed(config.seed)
         model = demo.build_model(config.hidden_units)
         schedule = demo.make_schedule(config.lamb_learning_rate, steps * config.epochs, steps)
-        model.compile(optimizer=demo.make_optimizer("vrgd_lamb", schedule, config),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        model.compile(
+            optimizer=demo.make_optimizer("vrgd_lamb", schedule, config),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
         use_micro_batches(model, 4)  # 64 images per group
         before, _ = demo.evaluate_accuracy(model, data.x_test, data.y_test)
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
-            history = model.fit(demo._train_dataset(data, config.global_batch, config.seed),
-                                epochs=config.epochs, steps_per_epoch=steps, verbose=0)
+            history = model.fit(
+                demo._train_dataset(data, config.global_batch, config.seed),
+                epochs=config.epochs,
+                steps_per_epoch=steps,
+                verbose=0,
+            )
             logging.getLogger("vrgd_tf").warning("sentinel")
         self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
         loss = history.history["loss"]
@@ -294,54 +346,79 @@ class LossScaleTest(tf.test.TestCase):
         # No strategy: the loss-scale step without merge_call; 1 and 2 replicas of a
         # MirroredStrategy: with merge_call.
         for replicas, groups in ((None, 4), (1, 4), (2, 2)):
-            plain, _ = fit(replicas, groups, lambda: linear_model(w0),
-                           lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9), dataset(x, y))
-            scaled, _ = fit(replicas, groups, lambda: linear_model(w0),
-                            lambda: keras.optimizers.LossScaleOptimizer(
-                                vrgd_tf.VRGDSGD(0.1, momentum=0.9), initial_scale=2.0 ** 10,
-                                dynamic_growth_steps=2), dataset(x, y))
-            factor, _ = fit(replicas, groups, lambda: linear_model(w0),
-                            lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9,
-                                                    loss_scale_factor=64.0), dataset(x, y))
+            plain, _ = fit(
+                replicas,
+                groups,
+                lambda: linear_model(w0),
+                lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9),
+                dataset(x, y),
+            )
+            scaled, _ = fit(
+                replicas,
+                groups,
+                lambda: linear_model(w0),
+                lambda: keras.optimizers.LossScaleOptimizer(
+                    vrgd_tf.VRGDSGD(0.1, momentum=0.9),
+                    initial_scale=2.0**10,
+                    dynamic_growth_steps=2,
+                ),
+                dataset(x, y),
+            )
+            factor, _ = fit(
+                replicas,
+                groups,
+                lambda: linear_model(w0),
+                lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9, loss_scale_factor=64.0),
+                dataset(x, y),
+            )
             for other in (scaled, factor):
                 for a, b in zip(weights(other), weights(plain)):
                     self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)
                 inner = getattr(other.optimizer, "inner_optimizer", other.optimizer)
-                self.assertEqual(inner.vrgd_statistics(),
-                                 plain.optimizer.vrgd_statistics())
+                self.assertEqual(inner.vrgd_statistics(), plain.optimizer.vrgd_statistics())
             # Grown once after 2 finite steps (initial 2**10).
-            self.assertEqual(float(scaled.optimizer.dynamic_scale.numpy()), 2.0 ** 11)
+            self.assertEqual(float(scaled.optimizer.dynamic_scale.numpy()), 2.0**11)
 
     def test_overflowing_step_is_skipped_and_the_scale_halved(self):
         x, y, w0 = linear_problem(seed=9)
         for replicas in (None, 2):
-            model, _ = fit(replicas, 2, lambda: linear_model(w0),
-                           lambda: keras.optimizers.LossScaleOptimizer(
-                               vrgd_tf.VRGDSGD(0.1), initial_scale=2.0 ** 127),
-                           dataset(x, y), steps=1)
+            model, _ = fit(
+                replicas,
+                2,
+                lambda: linear_model(w0),
+                lambda: keras.optimizers.LossScaleOptimizer(
+                    vrgd_tf.VRGDSGD(0.1), initial_scale=2.0**127
+                ),
+                dataset(x, y),
+                steps=1,
+            )
             self.assertAllEqual(model.layers[0].kernel.numpy(), w0)
-            self.assertEqual(float(model.optimizer.dynamic_scale.numpy()), 2.0 ** 126)
+            self.assertEqual(float(model.optimizer.dynamic_scale.numpy()), 2.0**126)
             self.assertEqual(int(model.optimizer.iterations.numpy()), 0)
             # The VRGD state is untouched (nothing recorded).
-            self.assertEqual(model.optimizer.inner_optimizer.vrgd_statistics()["kernel"],
-                             dict(mean_gsnr=0.0, frac_at_gamma=0.0, frac_at_one=0.0,
-                                  mean_factor=0.0))
+            self.assertEqual(
+                model.optimizer.inner_optimizer.vrgd_statistics()["kernel"],
+                dict(mean_gsnr=0.0, frac_at_gamma=0.0, frac_at_one=0.0, mean_factor=0.0),
+            )
 
 
 class ErrorTest(tf.test.TestCase):
-
     def _compiled(self, optimizer=None, **compile_kwargs):
         _, _, w0 = linear_problem()
         model = linear_model(w0)
-        model.compile(optimizer=optimizer or vrgd_tf.VRGDSGD(0.1),
-                      **(compile_kwargs or dict(loss="mse")))
+        model.compile(
+            optimizer=optimizer or vrgd_tf.VRGDSGD(0.1), **(compile_kwargs or dict(loss="mse"))
+        )
         return model
 
     def test_indivisible_static_batch_fails_at_trace_time(self):
         x, y, _ = linear_problem(n=30)
         model = use_micro_batches(self._compiled(), 4)
-        with self.assertRaisesRegex(ValueError, r"per-replica batch of 10 examples .*"
-                                                r"num_groups=4.*drop_remainder"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"per-replica batch of 10 examples .*"
+            r"num_groups=4.*drop_remainder",
+        ):
             model.fit(dataset(x, y, batch=10), epochs=1, steps_per_epoch=1, verbose=0)
 
     def test_indivisible_dynamic_batch_fails_when_run(self):
@@ -349,13 +426,17 @@ class ErrorTest(tf.test.TestCase):
         the step runs (the batch dimension is dynamic)."""
         x, y, _ = linear_problem(n=18)
         model = use_micro_batches(self._compiled(), 4)
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"not a multiple of num_groups=4"):
+        with self.assertRaisesRegex(
+            tf.errors.InvalidArgumentError, r"not a multiple of num_groups=4"
+        ):
             model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
 
     def test_non_vrgd_optimizer(self):
-        with self.assertRaisesRegex(TypeError, r"`optimizer` of model.compile.*got "
-                                               r"keras.src.optimizers.sgd.SGD"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"`optimizer` of model.compile.*got "
+            r"keras.src.optimizers.sgd.SGD",
+        ):
             use_micro_batches(self._compiled(keras.optimizers.SGD(0.1)), 2)
         # Compiled after use_micro_batches: refused when fit traces the step.
         _, _, w0 = linear_problem()
@@ -368,6 +449,7 @@ class ErrorTest(tf.test.TestCase):
         # names the family).
         from vrgd_tf import micro_batches
         from vrgd_tf import tf_keras as vtk
+
         with self.assertRaisesRegex(TypeError, "tf_keras-family"):
             micro_batches._check_optimizer(vtk.VRGDSGD(0.1), 2)
 
@@ -383,8 +465,11 @@ class ErrorTest(tf.test.TestCase):
             def train_step(self, data):  # pragma: no cover - never run
                 return {}
 
-        with self.assertRaisesRegex(TypeError, r"Custom overrides `train_step`.*"
-                                               r"apply_grouped_gradients"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"Custom overrides `train_step`.*"
+            r"apply_grouped_gradients",
+        ):
             use_micro_batches(Custom(), 2)
 
     def test_bad_arguments(self):
@@ -396,13 +481,15 @@ class ErrorTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, "`model`"):
             use_micro_batches(object(), 2)
         with self.assertRaisesRegex(ValueError, "gradient_accumulation_steps"):
-            use_micro_batches(self._compiled(vrgd_tf.VRGDSGD(
-                0.1, gradient_accumulation_steps=2)), 2)
+            use_micro_batches(
+                self._compiled(vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2)), 2
+            )
 
     def test_summed_loss_is_refused(self):
         x, y, _ = linear_problem()
-        model = use_micro_batches(self._compiled(
-            loss=keras.losses.MeanSquaredError(reduction="sum")), 2)
+        model = use_micro_batches(
+            self._compiled(loss=keras.losses.MeanSquaredError(reduction="sum")), 2
+        )
         with self.assertRaisesRegex(ValueError, r"reduction='sum'"):
             model.fit(dataset(x, y), epochs=1, steps_per_epoch=1, verbose=0)
 

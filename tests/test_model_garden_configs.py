@@ -19,10 +19,7 @@ import tempfile
 import tensorflow as tf
 import tf_keras
 import yaml
-
-from official.core import exp_factory
-from official.core import task_factory
-from official.core import train_utils
+from official.core import exp_factory, task_factory, train_utils
 from official.modeling import hyperparams
 from official.modeling.optimization import lamb as mg_lamb
 from official.modeling.optimization import lars as mg_lars
@@ -31,8 +28,7 @@ from official.modeling.optimization import optimizer_factory
 import vrgd_tf.model_garden as vmg
 from vrgd_tf import tf_keras as vrgd_tf_keras
 from vrgd_tf.model_garden import configs as vconfigs
-from vrgd_tf.model_garden import prepare_data
-from vrgd_tf.model_garden import registry
+from vrgd_tf.model_garden import prepare_data, registry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, "official_configs")
@@ -53,7 +49,8 @@ def experiment_for(path):
 def parse(path, params_override=""):
     """The experiment config exactly as tpu_scripts/train.py builds it."""
     options = train_utils.ParseConfigOptions(
-        experiment=experiment_for(path), config_file=[path], params_override=params_override)
+        experiment=experiment_for(path), config_file=[path], params_override=params_override
+    )
     return train_utils.parse_configuration(options, print_return=False)
 
 
@@ -76,8 +73,9 @@ def expected_lr(opt, step):
     def decay(s):
         s = min(s - p.get("offset", 0), p["decay_steps"])
         frac = 1.0 - s / p["decay_steps"]
-        return ((p["initial_learning_rate"] - p["end_learning_rate"]) * frac ** p["power"]
-                + p["end_learning_rate"])
+        return (p["initial_learning_rate"] - p["end_learning_rate"]) * frac ** p["power"] + p[
+            "end_learning_rate"
+        ]
 
     if wu["type"] == "linear":
         w = wu["linear"]
@@ -99,10 +97,13 @@ def warmup_steps(opt):
 
 
 class RegistryTest(tf.test.TestCase):
-
     def test_types_map_to_vrgd_classes(self):
-        expected = {"vrgd_sgd": vrgd_tf_keras.VRGDSGD, "vrgd_adam": vrgd_tf_keras.VRGDAdam,
-                    "vrgd_lars": vrgd_tf_keras.VRGDLars, "vrgd_lamb": vrgd_tf_keras.VRGDLamb}
+        expected = {
+            "vrgd_sgd": vrgd_tf_keras.VRGDSGD,
+            "vrgd_adam": vrgd_tf_keras.VRGDAdam,
+            "vrgd_lars": vrgd_tf_keras.VRGDLars,
+            "vrgd_lamb": vrgd_tf_keras.VRGDLamb,
+        }
         self.assertEqual(set(vmg.OPTIMIZER_TYPES), set(expected))
         for key, cls in expected.items():
             self.assertIs(optimizer_factory.LEGACY_OPTIMIZERS_CLS[key], cls)
@@ -113,8 +114,7 @@ class RegistryTest(tf.test.TestCase):
     def test_register_is_idempotent_and_refuses_a_conflict(self):
         registry.register()
         registry.register()
-        self.assertIs(optimizer_factory.LEGACY_OPTIMIZERS_CLS["vrgd_lamb"],
-                      vrgd_tf_keras.VRGDLamb)
+        self.assertIs(optimizer_factory.LEGACY_OPTIMIZERS_CLS["vrgd_lamb"], vrgd_tf_keras.VRGDLamb)
         saved = optimizer_factory.LEGACY_OPTIMIZERS_CLS["vrgd_adam"]
         try:
             optimizer_factory.LEGACY_OPTIMIZERS_CLS["vrgd_adam"] = tf_keras.optimizers.legacy.Adam
@@ -125,9 +125,12 @@ class RegistryTest(tf.test.TestCase):
 
     def test_every_type_builds_with_defaults(self):
         for key, cls in registry.LEGACY_CLASSES.items():
-            config = vconfigs.VRGDOptimizationConfig({
-                "optimizer": {"type": key},
-                "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.5}}})
+            config = vconfigs.VRGDOptimizationConfig(
+                {
+                    "optimizer": {"type": key},
+                    "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.5}},
+                }
+            )
             factory = optimizer_factory.OptimizerFactory(config)
             opt = factory.build_optimizer(factory.build_learning_rate())
             self.assertIsInstance(opt, cls)
@@ -143,18 +146,24 @@ class RegistryTest(tf.test.TestCase):
     def test_gradient_aggregator_is_refused(self):
         """docs/model_garden.md: build_optimizer(gradient_aggregator=...) raises ValueError."""
         for key in registry.LEGACY_CLASSES:
-            factory = optimizer_factory.OptimizerFactory(vconfigs.VRGDOptimizationConfig({
-                "optimizer": {"type": key},
-                "learning_rate": {"type": "constant"}}))
+            factory = optimizer_factory.OptimizerFactory(
+                vconfigs.VRGDOptimizationConfig(
+                    {"optimizer": {"type": key}, "learning_rate": {"type": "constant"}}
+                )
+            )
             with self.assertRaisesRegex(ValueError, "gradient_aggregator.*VRGD"):
-                factory.build_optimizer(factory.build_learning_rate(),
-                                        gradient_aggregator=lambda grads_and_vars: grads_and_vars)
+                factory.build_optimizer(
+                    factory.build_learning_rate(),
+                    gradient_aggregator=lambda grads_and_vars: grads_and_vars,
+                )
 
     def test_non_legacy_path(self):
         for key in ("vrgd_sgd", "vrgd_adam"):
-            factory = optimizer_factory.OptimizerFactory(vconfigs.VRGDOptimizationConfig({
-                "optimizer": {"type": key},
-                "learning_rate": {"type": "constant"}}))
+            factory = optimizer_factory.OptimizerFactory(
+                vconfigs.VRGDOptimizationConfig(
+                    {"optimizer": {"type": key}, "learning_rate": {"type": "constant"}}
+                )
+            )
             config = factory._optimizer_config.as_dict()
             config.pop("decay", None)
             with self.assertRaisesRegex(ValueError, "use_legacy_optimizer=True"):
@@ -162,8 +171,13 @@ class RegistryTest(tf.test.TestCase):
 
     def test_configs_extend_model_garden_configs(self):
         from official.modeling.optimization.configs import optimizer_config as mg_cfg
-        bases = {"vrgd_sgd": mg_cfg.SGDConfig, "vrgd_adam": mg_cfg.AdamConfig,
-                 "vrgd_lars": mg_cfg.LARSConfig, "vrgd_lamb": mg_cfg.LAMBConfig}
+
+        bases = {
+            "vrgd_sgd": mg_cfg.SGDConfig,
+            "vrgd_adam": mg_cfg.AdamConfig,
+            "vrgd_lars": mg_cfg.LARSConfig,
+            "vrgd_lamb": mg_cfg.LAMBConfig,
+        }
         for key, config_cls in vconfigs.VRGD_CONFIG_FIELDS.items():
             self.assertTrue(issubclass(config_cls, bases[key]), key)
             fields = {f.name for f in dataclasses.fields(config_cls)}
@@ -171,7 +185,6 @@ class RegistryTest(tf.test.TestCase):
 
 
 class ExperimentConfigTest(tf.test.TestCase):
-
     EXPERIMENTS = ("vrgd_bert_pretraining", "vrgd_resnet_imagenet", "vrgd_image_classification")
 
     def test_experiments_carry_the_vrgd_types(self):
@@ -180,10 +193,10 @@ class ExperimentConfigTest(tf.test.TestCase):
             config.validate()
             self.assertIsInstance(config, vconfigs.VRGDExperimentConfig)
             self.assertIsInstance(config.trainer, vconfigs.VRGDTrainerConfig)
-            self.assertIsInstance(config.trainer.optimizer_config,
-                                  vconfigs.VRGDOptimizationConfig)
-            self.assertIsInstance(config.trainer.optimizer_config.optimizer,
-                                  vconfigs.VRGDOptimizerConfig)
+            self.assertIsInstance(config.trainer.optimizer_config, vconfigs.VRGDOptimizationConfig)
+            self.assertIsInstance(
+                config.trainer.optimizer_config.optimizer, vconfigs.VRGDOptimizerConfig
+            )
 
     def test_defaults_are_the_large_batch_recipes(self):
         bert = exp_factory.get_exp_config("vrgd_bert_pretraining")
@@ -204,8 +217,11 @@ class ExperimentConfigTest(tf.test.TestCase):
     def test_params_override_reaches_the_optimizer(self):
         config = exp_factory.get_exp_config("vrgd_bert_pretraining")
         hyperparams.override_params_dict(
-            config, "trainer.optimizer_config.optimizer.vrgd_lamb.gamma=0.2,"
-                    "trainer.optimizer_config.optimizer.vrgd_lamb.beta_3=0.5", is_strict=True)
+            config,
+            "trainer.optimizer_config.optimizer.vrgd_lamb.gamma=0.2,"
+            "trainer.optimizer_config.optimizer.vrgd_lamb.beta_3=0.5",
+            is_strict=True,
+        )
         config.validate()
         factory = optimizer_factory.OptimizerFactory(config.trainer.optimizer_config)
         opt = factory.build_optimizer(factory.build_learning_rate())
@@ -216,7 +232,8 @@ class ExperimentConfigTest(tf.test.TestCase):
     def test_baseline_is_one_override_away(self):
         config = exp_factory.get_exp_config("vrgd_resnet_imagenet")
         hyperparams.override_params_dict(
-            config, "trainer.optimizer_config.optimizer.type=lars", is_strict=True)
+            config, "trainer.optimizer_config.optimizer.type=lars", is_strict=True
+        )
         factory = optimizer_factory.OptimizerFactory(config.trainer.optimizer_config)
         opt = factory.build_optimizer(factory.build_learning_rate())
         self.assertIs(type(opt), mg_lars.LARS)
@@ -225,27 +242,37 @@ class ExperimentConfigTest(tf.test.TestCase):
 
     def test_misspelled_keys_fail_naming_the_key(self):
         for override, key in (
-                ("trainer.optimizer_config.optimizer.vrgd_lamb.gama=0.2", "gama"),
-                ("trainer.optimizer_config.optimizer.vrgd_lam.gamma=0.2", "vrgd_lam"),
-                ("trainer.optimizer_config.optimizr.type=vrgd_lamb", "optimizr")):
+            ("trainer.optimizer_config.optimizer.vrgd_lamb.gama=0.2", "gama"),
+            ("trainer.optimizer_config.optimizer.vrgd_lam.gamma=0.2", "vrgd_lam"),
+            ("trainer.optimizer_config.optimizr.type=vrgd_lamb", "optimizr"),
+        ):
             config = exp_factory.get_exp_config("vrgd_bert_pretraining")
             with self.assertRaisesRegex(KeyError, f"'{key}'"):
                 hyperparams.override_params_dict(config, override, is_strict=True)
         # The same through a YAML file, as --config_file passes it.
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            f.write("trainer:\n  optimizer_config:\n    optimizer:\n      type: vrgd_lamb\n"
-                    "      vrgd_lamb:\n        gama: 0.2\n")
+            f.write(
+                "trainer:\n  optimizer_config:\n    optimizer:\n      type: vrgd_lamb\n"
+                "      vrgd_lamb:\n        gama: 0.2\n"
+            )
         self.addCleanup(os.remove, f.name)
         with self.assertRaisesRegex(KeyError, "'gama'"):
-            train_utils.parse_configuration(train_utils.ParseConfigOptions(
-                experiment="vrgd_bert_pretraining", config_file=[f.name]), print_return=False)
+            train_utils.parse_configuration(
+                train_utils.ParseConfigOptions(
+                    experiment="vrgd_bert_pretraining", config_file=[f.name]
+                ),
+                print_return=False,
+            )
 
     def test_construction_from_a_dict_is_strict(self):
         config = vconfigs.VRGDOptimizationConfig(
-            {"optimizer": {"type": "vrgd_lars", "vrgd_lars": {"gamma": 0.3}}})
+            {"optimizer": {"type": "vrgd_lars", "vrgd_lars": {"gamma": 0.3}}}
+        )
         self.assertEqual(config.optimizer.vrgd_lars.gamma, 0.3)
-        for bad, key in (({"optimizer": {"vrgd_lars": {"gama": 0.3}}}, "gama"),
-                         ({"optimiser": {}}, "optimiser")):
+        for bad, key in (
+            ({"optimizer": {"vrgd_lars": {"gama": 0.3}}}, "gama"),
+            ({"optimiser": {}}, "optimiser"),
+        ):
             with self.assertRaisesRegex(KeyError, f"'{key}'"):
                 vconfigs.VRGDOptimizationConfig(bad)
         with self.assertRaisesRegex(KeyError, "'beta3'"):
@@ -256,17 +283,25 @@ class ExperimentConfigTest(tf.test.TestCase):
     def test_unknown_type_and_bad_values_fail_at_validate(self):
         config = exp_factory.get_exp_config("vrgd_bert_pretraining")
         hyperparams.override_params_dict(
-            config, "trainer.optimizer_config.optimizer.type=vrgd_lam", is_strict=True)
+            config, "trainer.optimizer_config.optimizer.type=vrgd_lam", is_strict=True
+        )
         with self.assertRaisesRegex(KeyError, "vrgd_lam.*known types:.*vrgd_lamb"):
             config.validate()
-        for field, value in (("gamma", 0.0), ("gamma", 1.5), ("beta_3", 1.0),
-                             ("statistics_interval", -1)):
+        for field, value in (
+            ("gamma", 0.0),
+            ("gamma", 1.5),
+            ("beta_3", 1.0),
+            ("statistics_interval", -1),
+        ):
             config = exp_factory.get_exp_config("vrgd_resnet_imagenet")
             hyperparams.override_params_dict(
-                config, f"trainer.optimizer_config.optimizer.vrgd_lars.{field}={value}",
-                is_strict=True)
-            with self.assertRaisesRegex(ValueError,
-                                        f"optimizer.vrgd_lars.{field}: `{field}` must be"):
+                config,
+                f"trainer.optimizer_config.optimizer.vrgd_lars.{field}={value}",
+                is_strict=True,
+            )
+            with self.assertRaisesRegex(
+                ValueError, f"optimizer.vrgd_lars.{field}: `{field}` must be"
+            ):
                 config.validate()
 
     def test_deepcopy_and_as_dict_round_trip(self):
@@ -277,11 +312,14 @@ class ExperimentConfigTest(tf.test.TestCase):
             rebuilt = type(config)(as_dict)
             self.assertEqual(rebuilt.as_dict(), as_dict)
             # Rebuilt from a plain dict, the VRGD fields keep their types and strictness.
-            self.assertIsInstance(rebuilt.trainer.optimizer_config.optimizer,
-                                  vconfigs.VRGDOptimizerConfig)
+            self.assertIsInstance(
+                rebuilt.trainer.optimizer_config.optimizer, vconfigs.VRGDOptimizerConfig
+            )
             with self.assertRaisesRegex(KeyError, "'gama'"):
-                rebuilt.override({"trainer": {"optimizer_config": {"optimizer": {
-                    "vrgd_lars": {"gama": 0.3}}}}}, is_strict=True)
+                rebuilt.override(
+                    {"trainer": {"optimizer_config": {"optimizer": {"vrgd_lars": {"gama": 0.3}}}}},
+                    is_strict=True,
+                )
             yaml_path = os.path.join(self.get_temp_dir(), f"{name}.yaml")
             hyperparams.save_params_dict_to_yaml(config, yaml_path)
             reparsed = exp_factory.get_exp_config(name)
@@ -291,8 +329,9 @@ class ExperimentConfigTest(tf.test.TestCase):
     def test_replace_keeps_the_types(self):
         config = exp_factory.get_exp_config("vrgd_resnet_imagenet")
         config.lock()
-        replaced = config.replace(trainer={"optimizer_config": {"optimizer": {
-            "vrgd_lars": {"gamma": 0.3}}}})
+        replaced = config.replace(
+            trainer={"optimizer_config": {"optimizer": {"vrgd_lars": {"gamma": 0.3}}}}
+        )
         self.assertEqual(replaced.trainer.optimizer_config.optimizer.vrgd_lars.gamma, 0.3)
         self.assertEqual(config.trainer.optimizer_config.optimizer.vrgd_lars.gamma, 0.1)
         self.assertIsInstance(replaced.trainer, vconfigs.VRGDTrainerConfig)
@@ -308,8 +347,12 @@ class YamlFilesTest(tf.test.TestCase):
                 self.assertIn(f"bert_large_vrlamb_{variant}_phase{phase}.yaml", names)
         for batch in ("32k", "64k", "96k"):
             self.assertIn(f"resnet50_vrlars_{batch}.yaml", names)
-        for name in ("tiny_bert_shakespeare_vrlamb", "tiny_bert_shakespeare_lamb",
-                     "tiny_resnet_digits_vrlars", "tiny_resnet_digits_lars"):
+        for name in (
+            "tiny_bert_shakespeare_vrlamb",
+            "tiny_bert_shakespeare_lamb",
+            "tiny_resnet_digits_vrlars",
+            "tiny_resnet_digits_lars",
+        ):
             self.assertIn(f"cpu/{name}.yaml", names)
 
     def test_every_yaml(self):
@@ -327,8 +370,12 @@ class YamlFilesTest(tf.test.TestCase):
         factory = optimizer_factory.OptimizerFactory(config.trainer.optimizer_config)
         lr = factory.build_learning_rate()
         opt = factory.build_optimizer(lr)
-        expected_cls = {"vrgd_lamb": vrgd_tf_keras.VRGDLamb, "vrgd_lars": vrgd_tf_keras.VRGDLars,
-                        "lamb": mg_lamb.LAMB, "lars": mg_lars.LARS}[opt_type]
+        expected_cls = {
+            "vrgd_lamb": vrgd_tf_keras.VRGDLamb,
+            "vrgd_lars": vrgd_tf_keras.VRGDLars,
+            "lamb": mg_lamb.LAMB,
+            "lars": mg_lars.LARS,
+        }[opt_type]
         self.assertIs(type(opt), expected_cls)
         block = opt_yaml["optimizer"][opt_type]
         if opt_type.startswith("vrgd_"):
@@ -346,8 +393,9 @@ class YamlFilesTest(tf.test.TestCase):
         w = warmup_steps(opt_yaml)
         for step in (0, w, train_steps - 1):
             # float32 schedule: 1 - step / T loses ~1e-7 / (1 / T) relative at the last step.
-            self.assertAllClose(float(lr(step)), expected_lr(opt_yaml, step), rtol=2e-4,
-                                atol=0, msg=f"step {step}")
+            self.assertAllClose(
+                float(lr(step)), expected_lr(opt_yaml, step), rtol=2e-4, atol=0, msg=f"step {step}"
+            )
         self.assertGreater(float(lr(w)), float(lr(train_steps - 1)))
         # The decay ends with the training.
         poly = opt_yaml["learning_rate"]["polynomial"]
@@ -370,47 +418,61 @@ class YamlFilesTest(tf.test.TestCase):
 
     def _check_bert_large(self, name, config, opt_yaml):
         bert = config.task.model.encoder.bert
-        self.assertEqual((bert.num_layers, bert.hidden_size, bert.num_attention_heads,
-                          bert.intermediate_size, bert.vocab_size),
-                         (24, 1024, 16, 4096, 30522))
+        self.assertEqual(
+            (
+                bert.num_layers,
+                bert.hidden_size,
+                bert.num_attention_heads,
+                bert.intermediate_size,
+                bert.vocab_size,
+            ),
+            (24, 1024, 16, 4096, 30522),
+        )
         variant, phase = re.match(r"bert_large_vrlamb_(\w+)_phase(\d)\.yaml", name).groups()
         phase = int(phase)
         # NVIDIA's 64k/32k recipe ...
         nvidia = {1: (65536, 7038, 6e-3, 0.2843), 2: (32768, 1563, 4e-3, 0.128)}
         # ... and our variants: (batch, steps) per phase; LR by the square-root rule.
-        layout = {"64k32k": {1: (65536, 7038), 2: (32768, 1563)},
-                  "32k": {1: (32768, 15625 - 1563), 2: (32768, 1563)},
-                  "128k64k": {1: (131072, 3519), 2: (65536, 4301 - 3519)}}
+        layout = {
+            "64k32k": {1: (65536, 7038), 2: (32768, 1563)},
+            "32k": {1: (32768, 15625 - 1563), 2: (32768, 1563)},
+            "128k64k": {1: (131072, 3519), 2: (65536, 4301 - 3519)},
+        }
         batch, steps = layout[variant][phase]
         ref_batch, _, ref_lr, proportion = nvidia[phase]
         data = config.task.train_data
         self.assertEqual(data.global_batch_size, batch)
         self.assertEqual(config.trainer.train_steps, steps)
-        self.assertEqual((data.seq_length, data.max_predictions_per_seq),
-                         (128, 20) if phase == 1 else (512, 80))
+        self.assertEqual(
+            (data.seq_length, data.max_predictions_per_seq), (128, 20) if phase == 1 else (512, 80)
+        )
         poly = opt_yaml["learning_rate"]["polynomial"]
-        self.assertAllClose(poly["initial_learning_rate"],
-                            ref_lr * math.sqrt(batch / ref_batch), rtol=1e-5)
-        self.assertEqual((poly["power"], poly["end_learning_rate"], poly.get("offset", 0)),
-                         (0.5, 0.0, 0))
-        self.assertEqual(opt_yaml["warmup"]["polynomial"]["warmup_steps"],
-                         math.ceil(proportion * steps))
-        self.assertEqual(config.task.init_checkpoint,
-                         "${MODEL_DIR}/phase1" if phase == 2 else "")
+        self.assertAllClose(
+            poly["initial_learning_rate"], ref_lr * math.sqrt(batch / ref_batch), rtol=1e-5
+        )
+        self.assertEqual(
+            (poly["power"], poly["end_learning_rate"], poly.get("offset", 0)), (0.5, 0.0, 0)
+        )
+        self.assertEqual(
+            opt_yaml["warmup"]["polynomial"]["warmup_steps"], math.ceil(proportion * steps)
+        )
+        self.assertEqual(config.task.init_checkpoint, "${MODEL_DIR}/phase1" if phase == 2 else "")
         self.assertTrue(config.task.scale_loss)
         # The `lamb` block mirrors `vrgd_lamb` for the baseline.
         blocks = opt_yaml["optimizer"]
-        vr = {k: v for k, v in blocks["vrgd_lamb"].items()
-              if k not in ("gamma", "beta_3", "statistics_interval")}
+        vr = {
+            k: v
+            for k, v in blocks["vrgd_lamb"].items()
+            if k not in ("gamma", "beta_3", "statistics_interval")
+        }
         self.assertEqual(vr, blocks["lamb"])
-        self.assertEqual((blocks["vrgd_lamb"]["gamma"], blocks["vrgd_lamb"]["beta_3"]),
-                         (0.1, 0.9))
-        self.assertEqual(blocks["vrgd_lamb"]["statistics_interval"],
-                         config.trainer.steps_per_loop)
+        self.assertEqual((blocks["vrgd_lamb"]["gamma"], blocks["vrgd_lamb"]["beta_3"]), (0.1, 0.9))
+        self.assertEqual(blocks["vrgd_lamb"]["statistics_interval"], config.trainer.steps_per_loop)
 
     def _check_resnet50(self, name, config, opt_yaml):
         batch = {"32k": 32768, "64k": 65536, "96k": 98304}[
-            re.match(r"resnet50_vrlars_(\w+)\.yaml", name).group(1)]
+            re.match(r"resnet50_vrlars_(\w+)\.yaml", name).group(1)
+        ]
         self.assertEqual(config.task.train_data.global_batch_size, batch)
         self.assertEqual(config.task.model.backbone.resnet.model_id, 50)
         self.assertEqual(config.task.losses.label_smoothing, 0.1)
@@ -419,24 +481,33 @@ class YamlFilesTest(tf.test.TestCase):
         self.assertEqual(config.trainer.train_steps, t)
         self.assertEqual(opt_yaml["warmup"]["linear"]["warmup_steps"], w)
         poly = opt_yaml["learning_rate"]["polynomial"]
-        self.assertEqual((poly["initial_learning_rate"], poly["power"], poly["offset"],
-                          poly["decay_steps"], poly["end_learning_rate"]),
-                         (31.2, 2.0, w, t - w, 1e-4))
+        self.assertEqual(
+            (
+                poly["initial_learning_rate"],
+                poly["power"],
+                poly["offset"],
+                poly["decay_steps"],
+                poly["end_learning_rate"],
+            ),
+            (31.2, 2.0, w, t - w, 1e-4),
+        )
         blocks = opt_yaml["optimizer"]
-        vr = {k: v for k, v in blocks["vrgd_lars"].items()
-              if k not in ("gamma", "beta_3", "statistics_interval")}
+        vr = {
+            k: v
+            for k, v in blocks["vrgd_lars"].items()
+            if k not in ("gamma", "beta_3", "statistics_interval")
+        }
         self.assertEqual(vr, blocks["lars"])
         self.assertEqual(vr["weight_decay_rate"], 2e-4)
         self.assertEqual((vr["momentum"], vr["eeta"]), (0.9, 0.001))
-        self.assertEqual((blocks["vrgd_lars"]["gamma"], blocks["vrgd_lars"]["beta_3"]),
-                         (0.1, 0.0))
-        self.assertEqual(blocks["vrgd_lars"]["statistics_interval"],
-                         config.trainer.steps_per_loop)
+        self.assertEqual((blocks["vrgd_lars"]["gamma"], blocks["vrgd_lars"]["beta_3"]), (0.1, 0.0))
+        self.assertEqual(blocks["vrgd_lars"]["statistics_interval"], config.trainer.steps_per_loop)
 
     def test_cpu_pairs_differ_only_in_the_optimizer(self):
-        for vr, base, opt in (("tiny_bert_shakespeare_vrlamb", "tiny_bert_shakespeare_lamb",
-                               "lamb"),
-                              ("tiny_resnet_digits_vrlars", "tiny_resnet_digits_lars", "lars")):
+        for vr, base, opt in (
+            ("tiny_bert_shakespeare_vrlamb", "tiny_bert_shakespeare_lamb", "lamb"),
+            ("tiny_resnet_digits_vrlars", "tiny_resnet_digits_lars", "lars"),
+        ):
             a = parse(os.path.join(CONFIG_DIR, "cpu", vr + ".yaml")).as_dict()
             b = parse(os.path.join(CONFIG_DIR, "cpu", base + ".yaml")).as_dict()
             opt_a = a["trainer"].pop("optimizer_config")
@@ -455,27 +526,27 @@ class YamlFilesTest(tf.test.TestCase):
 
     def test_cpu_configs_match_the_prepared_data(self):
         bert = parse(os.path.join(CONFIG_DIR, "cpu", "tiny_bert_shakespeare_vrlamb.yaml"))
-        self.assertEqual(bert.task.model.encoder.bert.vocab_size,
-                         prepare_data.TINY_BERT_VOCAB_SIZE)
+        self.assertEqual(bert.task.model.encoder.bert.vocab_size, prepare_data.TINY_BERT_VOCAB_SIZE)
         for data in (bert.task.train_data, bert.task.validation_data):
             self.assertEqual(data.seq_length, prepare_data.TINY_BERT_SEQ_LENGTH)
-            self.assertEqual(data.max_predictions_per_seq,
-                             prepare_data.TINY_BERT_MAX_PREDICTIONS)
+            self.assertEqual(data.max_predictions_per_seq, prepare_data.TINY_BERT_MAX_PREDICTIONS)
         resnet = parse(os.path.join(CONFIG_DIR, "cpu", "tiny_resnet_digits_vrlars.yaml"))
         size = prepare_data.DIGITS_IMAGE_SIZE
         self.assertEqual(resnet.task.model.input_size, [size, size, 3])
         self.assertFalse(resnet.task.train_data.decode_jpeg_only)  # PNG records
         overrides = prepare_data.params_overrides("/data")
-        parse(os.path.join(CONFIG_DIR, "cpu", "tiny_resnet_digits_lars.yaml"),
-              overrides["digits"])
+        parse(os.path.join(CONFIG_DIR, "cpu", "tiny_resnet_digits_lars.yaml"), overrides["digits"])
 
     def test_exclusion_patterns_match_model_garden_variable_names(self):
         # LayerNorm/batch-norm parameters and biases must be caught by the YAMLs' patterns.
-        for yaml_name, opt_type in (("tiny_bert_shakespeare_vrlamb", "vrgd_lamb"),
-                                    ("tiny_resnet_digits_vrlars", "vrgd_lars")):
+        for yaml_name, opt_type in (
+            ("tiny_bert_shakespeare_vrlamb", "vrgd_lamb"),
+            ("tiny_resnet_digits_vrlars", "vrgd_lars"),
+        ):
             config = parse(os.path.join(CONFIG_DIR, "cpu", yaml_name + ".yaml"))
-            patterns = getattr(config.trainer.optimizer_config.optimizer,
-                               opt_type).exclude_from_weight_decay
+            patterns = getattr(
+                config.trainer.optimizer_config.optimizer, opt_type
+            ).exclude_from_weight_decay
             task = task_factory.get_task(config.task)
             model = task.build_model()
             if "bert" in yaml_name:

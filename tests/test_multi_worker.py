@@ -28,13 +28,12 @@ def free_ports(n):
 
 
 class MultiWorkerTest(tf.test.TestCase):
-
     def test_two_workers_match_reference(self):
         rng = np.random.RandomState(0)
         steps, k, n = 3, 2, 10
         noise = rng.randn(steps, k, n)
         noise = (noise - noise.mean(1, keepdims=True)) / noise.std(1, keepdims=True)
-        grads = ((np.clip(rng.randn(n), -2, 2) + np.exp(rng.uniform(-1, 2, n)) * noise) / k)
+        grads = (np.clip(rng.randn(n), -2, 2) + np.exp(rng.uniform(-1, 2, n)) * noise) / k
         grads = grads.astype(np.float32)
         init = rng.randn(n).astype(np.float32)
         tmp = tempfile.mkdtemp()
@@ -43,12 +42,26 @@ class MultiWorkerTest(tf.test.TestCase):
         workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
         procs = []
         for i in range(2):
-            env = dict(os.environ, TF_CONFIG=json.dumps(
-                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}))
-            procs.append(subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "multi_worker_main.py"),
-                 os.path.join(tmp, "g.npy"), os.path.join(tmp, "w.npy")],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            env = dict(
+                os.environ,
+                TF_CONFIG=json.dumps(
+                    {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+                ),
+            )
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        os.path.join(HERE, "multi_worker_main.py"),
+                        os.path.join(tmp, "g.npy"),
+                        os.path.join(tmp, "w.npy"),
+                    ],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         outs = []
         for p in procs:
             try:
@@ -59,8 +72,9 @@ class MultiWorkerTest(tf.test.TestCase):
                 raise
             self.assertEqual(p.returncode, 0, err[-3000:])
             outs.append(json.loads(out.strip().splitlines()[-1]))
-        expected = util.numpy_run(ref.VRGD(ref.Lamb(0.01, weight_decay_rate=0.01), 0.1, 0.9),
-                                  {"w": init}, {"w": grads})["w"]
+        expected = util.numpy_run(
+            ref.VRGD(ref.Lamb(0.01, weight_decay_rate=0.01), 0.1, 0.9), {"w": init}, {"w": grads}
+        )["w"]
         first = np.array(outs[0]["w"][0])
         self.assertAllClose(first, expected, atol=1e-5, rtol=1e-5)
         for out in outs:  # every replica copy on every worker is bitwise equal

@@ -8,12 +8,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
+from test_xla import FakeReplicaContext
+
+import vrgd_tf
+from vrgd_tf import tf_keras as vtk
 
 import util
-import vrgd_tf
 from util import make_problem
-from test_xla import FakeReplicaContext
-from vrgd_tf import tf_keras as vtk
 
 INERT = "no variable had a defined GSNR"
 
@@ -69,11 +70,13 @@ class IdenticalReplicasTest(tf.test.TestCase):
         init, grads = make_problem(2, seed=1, steps=2)
         same = {n: np.repeat(g[:, :1], 2, axis=1) for n, g in grads.items()}
         for make_opt, make_variable in (
-                (lambda: vrgd_tf.VRGDLamb(0.01), None),
-                (lambda: vtk.VRGDLamb(0.01), lambda n, v: tf.Variable(v, name=n))):
+            (lambda: vrgd_tf.VRGDLamb(0.01), None),
+            (lambda: vtk.VRGDLamb(0.01), lambda n, v: tf.Variable(v, name=n)),
+        ):
             with self.assertLogs("vrgd_tf", level="WARNING") as logs:
-                _, opt = util.run_custom_loop(util.strategy_for(2), make_opt, init, same,
-                                              make_variable=make_variable)
+                _, opt = util.run_custom_loop(
+                    util.strategy_for(2), make_opt, init, same, make_variable=make_variable
+                )
             self.assertLen(inert_warnings(logs), 1, type(opt).__module__)
 
     def test_under_xla_the_statistics_reader_warns(self):
@@ -106,8 +109,9 @@ class IdenticalReplicasTest(tf.test.TestCase):
         init, grads = make_problem(2, seed=1, steps=2)
         logger = logging.getLogger("vrgd_tf")
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
-            _, opt = util.run_custom_loop(util.strategy_for(2),
-                                          lambda: vrgd_tf.VRGDLamb(0.01), init, grads)
+            _, opt = util.run_custom_loop(
+                util.strategy_for(2), lambda: vrgd_tf.VRGDLamb(0.01), init, grads
+            )
             opt.vrgd_statistics()
             logger.warning("sentinel")
         self.assertEmpty(inert_warnings(logs))
@@ -123,13 +127,16 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
     def test_keras3_statistics_ignore_clipping(self, **clip):
         init, grads = make_problem(2, seed=2, steps=2)
         _, clipped = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, **clip), init, grads)
+            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, **clip), init, grads
+        )
         _, plain = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05), init, grads)
+            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05), init, grads
+        )
         got, want = clipped.vrgd_statistics(), plain.vrgd_statistics()
         for name in want:
-            self.assertAllClose(list(got[name].values())[:3], list(want[name].values())[:3],
-                                rtol=1e-6, msg=name)
+            self.assertAllClose(
+                list(got[name].values())[:3], list(want[name].values())[:3], rtol=1e-6, msg=name
+            )
             self.assertLess(want[name]["frac_at_one"], 1.0)
 
     @parameterized.parameters(*CLIPS)
@@ -137,14 +144,19 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
         init, grads = make_problem(2, seed=3, steps=3)
         variables, _ = util.run_custom_loop(
             util.strategy_for(2),
-            lambda: vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0, **clip), init, grads)
+            lambda: vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0, **clip),
+            init,
+            grads,
+        )
         # The base on one device, fed the replica sum: Keras clips it, then steps.
         summed = {n: g.sum(axis=1, keepdims=True) for n, g in grads.items()}
         expected, _ = util.run_custom_loop(
-            util.strategy_for(1), lambda: keras.optimizers.Adam(0.05, **clip), init, summed)
+            util.strategy_for(1), lambda: keras.optimizers.Adam(0.05, **clip), init, summed
+        )
         for n in init:
-            self.assertAllClose(variables[n].numpy(), expected[n].numpy(), rtol=1e-6,
-                                atol=1e-7, msg=n)
+            self.assertAllClose(
+                variables[n].numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7, msg=n
+            )
 
     @parameterized.parameters(*CLIPS)
     def test_tf_keras_gamma_one_equals_base_clipped_after_aggregation(self, **clip):
@@ -152,14 +164,22 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
         make_variable = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
         variables, _ = util.run_custom_loop(
             util.strategy_for(2),
-            lambda: vtk.VRGDAdam(0.05, gamma=1.0, beta_3=0.0, **clip), init, grads,
-            make_variable=make_variable)
+            lambda: vtk.VRGDAdam(0.05, gamma=1.0, beta_3=0.0, **clip),
+            init,
+            grads,
+            make_variable=make_variable,
+        )
         expected, _ = util.run_custom_loop(
-            util.strategy_for(2), lambda: tf_keras.optimizers.legacy.Adam(0.05, **clip),
-            init, grads, make_variable=make_variable)
+            util.strategy_for(2),
+            lambda: tf_keras.optimizers.legacy.Adam(0.05, **clip),
+            init,
+            grads,
+            make_variable=make_variable,
+        )
         for n in init:
-            self.assertAllClose(variables[n].numpy(), expected[n].numpy(), rtol=1e-6,
-                                atol=1e-7, msg=n)
+            self.assertAllClose(
+                variables[n].numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7, msg=n
+            )
 
 
 class LossScaleOneReplicaOverflowsTest(tf.test.TestCase):
@@ -172,14 +192,16 @@ class LossScaleOneReplicaOverflowsTest(tf.test.TestCase):
             inner = vrgd_tf.VRGDAdam(0.1)
             opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=1024.0)
             opt.build([w])
-        grads = tf.constant([[[1.0, 2.0, 3.0], [2.0, -1.0, 0.5]],
-                             [[1.0, 2.0, 3.0], [np.inf, -1.0, 0.5]]])
+        grads = tf.constant(
+            [[[1.0, 2.0, 3.0], [2.0, -1.0, 0.5]], [[1.0, 2.0, 3.0], [np.inf, -1.0, 0.5]]]
+        )
 
         @tf.function
         def step(i):
             def fn():
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 opt.apply([grads[i][rid] * opt.dynamic_scale], [w])
+
             strategy.run(fn)
 
         step(tf.constant(0))

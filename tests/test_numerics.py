@@ -7,10 +7,11 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import numpy_reference as ref
-import util
 import vrgd_tf
 from vrgd_tf import gsnr
+
+import numpy_reference as ref
+import util
 
 
 def one_var_run(cls, kwargs, grads, init=None, k=None, dtype="float32"):
@@ -20,8 +21,12 @@ def one_var_run(cls, kwargs, grads, init=None, k=None, dtype="float32"):
     shape = grads.shape[2:]
     init = np.ones(shape, np.float32) if init is None else init
     variables, opt = util.run_custom_loop(
-        util.strategy_for(k), lambda: cls(**kwargs), {"w": init}, {"w": grads},
-        make_variable=lambda n, v: keras.Variable(v.astype(dtype), name=n, dtype=dtype))
+        util.strategy_for(k),
+        lambda: cls(**kwargs),
+        {"w": init},
+        {"w": grads},
+        make_variable=lambda n, v: keras.Variable(v.astype(dtype), name=n, dtype=dtype),
+    )
     return variables["w"], opt
 
 
@@ -34,8 +39,8 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         noise = rng.randn(k, 50)
         noise = (noise - noise.mean(0)) / noise.std(0)  # GSNR set by design, below ~30
         xs = noise * np.exp(rng.uniform(-1, 1, 50)) + np.clip(rng.randn(50), -2, 2)
-        xs[:, :5] = xs[0, :5]            # identical on every replica: s2 = 0
-        xs[:, 5:8] = 0.0                 # all zero
+        xs[:, :5] = xs[0, :5]  # identical on every replica: s2 = 0
+        xs[:, 5:8] = 0.0  # all zero
         xs = xs.astype(np.float32)
         s1 = tf.constant(xs.sum(0))
         s2 = tf.constant((xs.astype(np.float32) ** 2).sum(0))
@@ -55,18 +60,21 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         rng = np.random.RandomState(3)
         k = 4
         for sizes in ([3, 1, 4], [5], [2, 0, 3], [1, 1, 1], [7, 0], [0, 6]):
-            parts = [(rng.randn(k, n) * rng.uniform(0.7, 2) + rng.randn(n)).astype(np.float32)
-                     for n in sizes]
+            parts = [
+                (rng.randn(k, n) * rng.uniform(0.7, 2) + rng.randn(n)).astype(np.float32)
+                for n in sizes
+            ]
             xs = np.concatenate(parts, axis=1)
             s1 = tf.constant(xs.sum(0))
-            s2 = tf.constant((xs ** 2).sum(0))
-            expected = np.concatenate([ref.gsnr_factor(p, 0.1)[0] if p.size else np.zeros(0)
-                                       for p in parts])
-            expected_stats = [ref.gsnr_statistics(p, 0.1) if p.size else (0.0,) * 4
-                              for p in parts]
+            s2 = tf.constant((xs**2).sum(0))
+            expected = np.concatenate(
+                [ref.gsnr_factor(p, 0.1)[0] if p.size else np.zeros(0) for p in parts]
+            )
+            expected_stats = [ref.gsnr_statistics(p, 0.1) if p.size else (0.0,) * 4 for p in parts]
             eager = gsnr.gsnr_factors_flat(s1, s2, sizes, k, 0.1)
-            compiled = tf.function(lambda a, b: gsnr.gsnr_factors_flat(a, b, sizes, k, 0.1),
-                                   jit_compile=True)(s1, s2)
+            compiled = tf.function(
+                lambda a, b: gsnr.gsnr_factors_flat(a, b, sizes, k, 0.1), jit_compile=True
+            )(s1, s2)
             # Float32 one-pass variance: relative error ~ k * eps32 * (1 + r), see gsnr.py.
             for factor, stats in (eager, compiled):
                 self.assertAllClose(factor, expected, rtol=1e-4, atol=1e-6)
@@ -75,11 +83,11 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
     def test_xla_compiled_factor_equals_eager(self):
         rng = np.random.RandomState(0)
         xs = (rng.randn(4, 7, 5) + rng.randn(7, 5)).astype(np.float32)
-        s1, s2 = tf.constant(xs.sum(0)), tf.constant((xs ** 2).sum(0))
-        compiled = tf.function(lambda a, b: gsnr.gsnr_factor(a, b, 4, 0.1)[0],
-                               jit_compile=True)
-        self.assertAllClose(compiled(s1, s2), gsnr.gsnr_factor(s1, s2, 4, 0.1)[0],
-                            rtol=1e-6, atol=0)
+        s1, s2 = tf.constant(xs.sum(0)), tf.constant((xs**2).sum(0))
+        compiled = tf.function(lambda a, b: gsnr.gsnr_factor(a, b, 4, 0.1)[0], jit_compile=True)
+        self.assertAllClose(
+            compiled(s1, s2), gsnr.gsnr_factor(s1, s2, 4, 0.1)[0], rtol=1e-6, atol=0
+        )
 
     @parameterized.parameters(
         ("zero", np.zeros(6)),
@@ -90,14 +98,14 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
             xs = np.array([[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]], np.float32)
         else:
             xs = np.stack([xs, xs]).astype(np.float32)
-        factor, stats = gsnr.gsnr_factor(tf.constant(xs.sum(0)),
-                                         tf.constant((xs ** 2).sum(0)), 2, 0.1)
+        factor, stats = gsnr.gsnr_factor(
+            tf.constant(xs.sum(0)), tf.constant((xs**2).sum(0)), 2, 0.1
+        )
         np.testing.assert_array_equal(factor.numpy(), 1.0)
         self.assertAllEqual(tf.math.is_finite(stats.stack()), [True] * gsnr.NUM_STATISTICS)
 
 
 class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(
         (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
         (vrgd_tf.VRGDAdam, dict(learning_rate=0.01)),
@@ -113,8 +121,9 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(opt.vrgd_statistics()["w"]["frac_at_one"], 1.0)
 
     def test_all_zero_gradients_leave_weights_unchanged_and_finite(self):
-        w, opt = one_var_run(vrgd_tf.VRGDLamb, dict(learning_rate=0.1),
-                             np.zeros((3, 4, 5), np.float32))
+        w, opt = one_var_run(
+            vrgd_tf.VRGDLamb, dict(learning_rate=0.1), np.zeros((3, 4, 5), np.float32)
+        )
         np.testing.assert_array_equal(w.numpy(), np.ones(5))
         for var in opt.variables:
             self.assertTrue(np.all(np.isfinite(var.numpy())), var.name)
@@ -122,14 +131,22 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters("none", "one_device")
     def test_one_replica_equals_base_and_warns_once(self, mode):
         g = np.random.RandomState(2).randn(3, 1, 6).astype(np.float32)
-        strategy = (tf.distribute.get_strategy() if mode == "none"
-                    else tf.distribute.OneDeviceStrategy("/cpu:0"))
+        strategy = (
+            tf.distribute.get_strategy()
+            if mode == "none"
+            else tf.distribute.OneDeviceStrategy("/cpu:0")
+        )
         with self.assertLogs("vrgd_tf", level=logging.WARNING) as logs:
-            vr, opt = util.run_custom_loop(strategy, lambda: vrgd_tf.VRGDAdam(learning_rate=0.1),
-                                           {"w": np.ones(6, np.float32)}, {"w": g})
+            vr, opt = util.run_custom_loop(
+                strategy,
+                lambda: vrgd_tf.VRGDAdam(learning_rate=0.1),
+                {"w": np.ones(6, np.float32)},
+                {"w": g},
+            )
         self.assertLen([r for r in logs.records if "one replica" in r.getMessage()], 1)
-        base, _ = util.run_custom_loop(strategy, lambda: keras.optimizers.Adam(0.1),
-                                       {"w": np.ones(6, np.float32)}, {"w": g})
+        base, _ = util.run_custom_loop(
+            strategy, lambda: keras.optimizers.Adam(0.1), {"w": np.ones(6, np.float32)}, {"w": g}
+        )
         np.testing.assert_array_equal(vr["w"].numpy(), base["w"].numpy())
 
     def test_large_gradients_with_tiny_spread(self):
@@ -145,13 +162,14 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
         expected = util.numpy_run(vr, {"w": np.ones(8)}, {"w": grads})
         self.assertAllClose(w.numpy(), expected["w"], rtol=1e-5)
         np.testing.assert_array_equal(vr.factors["w"][:4], 1.0)  # the tiny-spread half
-        self.assertLess(vr.factors["w"][4:].min(), 1.0)          # the noisy half
+        self.assertLess(vr.factors["w"][4:].min(), 1.0)  # the noisy half
 
     def test_squares_that_overflow_float32_give_factor_one_not_inf(self):
         grads = np.full((1, 2, 3), 1e25, np.float32)
         grads[0, 1] = [3e25, 1e25, 2e25]
-        w, _ = one_var_run(vrgd_tf.VRGDSGD, dict(learning_rate=1e-26), grads,
-                           init=np.zeros(3, np.float32))
+        w, _ = one_var_run(
+            vrgd_tf.VRGDSGD, dict(learning_rate=1e-26), grads, init=np.zeros(3, np.float32)
+        )
         self.assertTrue(np.all(np.isfinite(w.numpy())))
         self.assertAllClose(w.numpy(), -1e-26 * grads[0].sum(0), rtol=1e-6)
 
@@ -162,7 +180,7 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
         deficit_before = opt._vrgd_state.deficits[0].numpy().copy()
         stats_before = opt._vrgd_state.statistics[0].numpy().copy()
         w2, opt2 = one_var_run(vrgd_tf.VRGDAdam, dict(learning_rate=0.1), grads)
-        self.assertTrue(np.isnan(w2.numpy()[2]))   # not hidden
+        self.assertTrue(np.isnan(w2.numpy()[2]))  # not hidden
         np.testing.assert_array_equal(opt2._vrgd_state.deficits[0].numpy(), deficit_before)
         np.testing.assert_array_equal(opt2._vrgd_state.statistics[0].numpy(), stats_before)
 
@@ -170,26 +188,28 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
     def test_low_precision_variables(self, dtype):
         """Gradients up to ~300 (squares overflow float16 at 256): statistics in float32."""
         rng = np.random.RandomState(5)
-        g = (300 * rng.rand(1, 1, 16) * np.sign(rng.randn(1, 1, 16))
-             + 100 * rng.randn(2, 4, 16))
+        g = 300 * rng.rand(1, 1, 16) * np.sign(rng.randn(1, 1, 16)) + 100 * rng.randn(2, 4, 16)
         np_dtype = tf.as_dtype(dtype).as_numpy_dtype
         grads = g.astype(np_dtype)
-        w, opt = one_var_run(vrgd_tf.VRGDSGD, dict(learning_rate=1e-3), grads, dtype=dtype,
-                             init=np.zeros(16, np.float32))
+        w, opt = one_var_run(
+            vrgd_tf.VRGDSGD,
+            dict(learning_rate=1e-3),
+            grads,
+            dtype=dtype,
+            init=np.zeros(16, np.float32),
+        )
         self.assertEqual(w.dtype, dtype)
         self.assertTrue(np.all(np.isfinite(w.numpy().astype(np.float32))))
         vr = ref.VRGD(ref.SGD(1e-3), 0.1, 0.0)
-        expected = util.numpy_run(vr, {"w": np.zeros(16)},
-                                  {"w": grads.astype(np.float64)})
+        expected = util.numpy_run(vr, {"w": np.zeros(16)}, {"w": grads.astype(np.float64)})
         self.assertAllClose(w.numpy().astype(np.float32), expected["w"], rtol=2e-2, atol=2e-2)
         self.assertLess(vr.factors["w"].min(), 0.5)
 
 
 class SparseGradientTest(tf.test.TestCase):
-
     def test_embedding_with_repeated_ids(self):
         k, vocab, dim = 2, 6, 3
-        ids = np.array([[1, 1, 3], [1, 2, 2]])          # replica d looks up ids[d]
+        ids = np.array([[1, 1, 3], [1, 2, 2]])  # replica d looks up ids[d]
         coef = np.random.RandomState(6).randn(k, 3, dim).astype(np.float32)
         init = np.random.RandomState(7).randn(vocab, dim).astype(np.float32)
         strategy = util.strategy_for(k)
@@ -211,6 +231,7 @@ class SparseGradientTest(tf.test.TestCase):
                 grad = tape.gradient(loss, emb.trainable_variables)
                 seen.append(type(grad[0]))
                 opt.apply_gradients(zip(grad, emb.trainable_variables))
+
             strategy.run(fn)
 
         step()

@@ -15,10 +15,11 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-import numpy_reference as ref
-import util
 import vrgd_tf
 from vrgd_tf import tf_keras as vtk
+
+import numpy_reference as ref
+import util
 
 SHAPE = (10, 2)
 # Four shards of three rows each: duplicates within a shard (3, 3 and 9, 9), rows touched by
@@ -66,6 +67,7 @@ def run_sparse(family, k, make_optimizer, scale=None):
             val = tf.reshape(tf.gather(values[i], shards), [-1, SHAPE[1]])
             val = val * tf.gather(factors[i], idx)
             opt.apply_gradients([(tf.IndexedSlices(val, idx, tf.constant(SHAPE)), var)])
+
         strategy.run(fn)
 
     for i in range(STEPS):
@@ -85,23 +87,32 @@ def dense_replica_gradients(k):
 
 
 BASES = {
-    (KERAS3, "momentum"): (lambda **kw: vrgd_tf.VRGDSGD(0.1, momentum=0.9, **kw),
-                           lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-    (KERAS3, "adam"): (lambda **kw: vrgd_tf.VRGDAdam(0.01, **kw),
-                       lambda: keras.optimizers.Adam(0.01)),
+    (KERAS3, "momentum"): (
+        lambda **kw: vrgd_tf.VRGDSGD(0.1, momentum=0.9, **kw),
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    ),
+    (KERAS3, "adam"): (
+        lambda **kw: vrgd_tf.VRGDAdam(0.01, **kw),
+        lambda: keras.optimizers.Adam(0.01),
+    ),
     (KERAS3, "lamb"): (lambda **kw: vrgd_tf.VRGDLamb(0.01, **kw), lambda: vrgd_tf.Lamb(0.01)),
     (KERAS3, "lars"): (lambda **kw: vrgd_tf.VRGDLars(0.1, **kw), lambda: vrgd_tf.Lars(0.1)),
-    (TF_KERAS, "momentum"): (lambda **kw: vtk.VRGDSGD(0.1, momentum=0.9, **kw),
-                             lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)),
-    (TF_KERAS, "adam"): (lambda **kw: vtk.VRGDAdam(0.01, **kw),
-                         lambda: tf_keras.optimizers.legacy.Adam(0.01)),
-    (TF_KERAS, "lamb"): (lambda **kw: vtk.VRGDLamb(0.01, **kw),
-                         lambda: vtk.VRGDLamb._vrgd_base_class(0.01)),
+    (TF_KERAS, "momentum"): (
+        lambda **kw: vtk.VRGDSGD(0.1, momentum=0.9, **kw),
+        lambda: tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9),
+    ),
+    (TF_KERAS, "adam"): (
+        lambda **kw: vtk.VRGDAdam(0.01, **kw),
+        lambda: tf_keras.optimizers.legacy.Adam(0.01),
+    ),
+    (TF_KERAS, "lamb"): (
+        lambda **kw: vtk.VRGDLamb(0.01, **kw),
+        lambda: vtk.VRGDLamb._vrgd_base_class(0.01),
+    ),
 }
 
 
 class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(*sorted(BASES))
     def test_vr_off_is_the_base_on_every_replica_count(self, family, name):
         make_vr, make_base = BASES[(family, name)]
@@ -132,8 +143,9 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
     def test_lars_without_sparse_rule_gets_dense_gradients_on_every_replica_count(self):
         """Model Garden's LARS raises NotImplementedError for sparse gradients; VRGD hands it
         the dense sum instead, the same on 1, 2 and 4 replicas."""
-        results = {k: run_sparse(TF_KERAS, k, lambda: vtk.VRGDLars(0.1, gamma=1.0))
-                   for k in (1, 2, 4)}
+        results = {
+            k: run_sparse(TF_KERAS, k, lambda: vtk.VRGDLars(0.1, gamma=1.0)) for k in (1, 2, 4)
+        }
         dense = dense_replica_gradients(1)[:, 0]
         w = {"emb": np.ones(SHAPE)}
         base = ref.Lars(0.1, 0.9, 0.0, 0.001)
@@ -146,8 +158,9 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
     def test_keras3_lamb_and_lars_accept_sparse_gradients_on_one_device(self, cls):
         """Rows [1, 2] and [3, 4] both at index 3: LAMB moves row 3 to 0.96838 (as the
         dense gradient and Model Garden's LAMB do); LARS as its dense gradient."""
-        sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([3, 3]),
-                                  tf.constant([10, 2]))
+        sparse = tf.IndexedSlices(
+            tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([3, 3]), tf.constant([10, 2])
+        )
         out = []
         for grad in (sparse, tf.convert_to_tensor(sparse)):
             v = keras.Variable(np.ones((10, 2), np.float32))
@@ -170,12 +183,15 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
         for k in (1, 2):
             with util.strategy_for(k).scope():
                 keras.utils.set_random_seed(3)
-                model = keras.Sequential([keras.Input((6,), dtype="int32"),
-                                          keras.layers.Embedding(50, 4),
-                                          keras.layers.GlobalAveragePooling1D(),
-                                          keras.layers.Dense(1)])
-                model.compile(optimizer=vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0),
-                              loss="mse")
+                model = keras.Sequential(
+                    [
+                        keras.Input((6,), dtype="int32"),
+                        keras.layers.Embedding(50, 4),
+                        keras.layers.GlobalAveragePooling1D(),
+                        keras.layers.Dense(1),
+                    ]
+                )
+                model.compile(optimizer=vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0), loss="mse")
             model.fit(x, y, batch_size=32, epochs=3, verbose=0, shuffle=False)
             out[k] = [w.numpy() for w in model.trainable_variables]
         for a, b in zip(out[1], out[2]):
@@ -192,6 +208,7 @@ class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
                 return tf.Variable(np.ones(2, np.float32), name=path)
             with keras.name_scope(scope):
                 return keras.Variable(np.ones(2, np.float32), name=name)
+
         return [make("dense/kernel"), make("dense/bias"), make("layer_norm/gamma")]
 
     def _build(self, family, opt, variables):
@@ -201,12 +218,18 @@ class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
             opt._create_all_weights(variables)
 
     @parameterized.parameters(
-        (KERAS3, vrgd_tf.VRGDLamb), (KERAS3, vrgd_tf.VRGDLars),
-        (TF_KERAS, vtk.VRGDLamb), (TF_KERAS, vtk.VRGDLars))
+        (KERAS3, vrgd_tf.VRGDLamb),
+        (KERAS3, vrgd_tf.VRGDLars),
+        (TF_KERAS, vtk.VRGDLamb),
+        (TF_KERAS, vtk.VRGDLars),
+    )
     def test_unmatched_patterns_are_named_once(self, family, cls):
-        opt = cls(0.01, weight_decay_rate=0.01,
-                  exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
-                  exclude_from_layer_adaptation=["bn/", "layer_norm"])
+        opt = cls(
+            0.01,
+            weight_decay_rate=0.01,
+            exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+            exclude_from_layer_adaptation=["bn/", "layer_norm"],
+        )
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             self._build(family, opt, self._variables(family))
         lines = [r.getMessage() for r in logs.records if "matches none" in r.getMessage()]
@@ -221,13 +244,15 @@ class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
         rng = np.random.RandomState(0)
         x, y = rng.randn(16, 3).astype(np.float32), rng.randn(16, 1).astype(np.float32)
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="d")])
-        model.compile(optimizer=vrgd_tf.VRGDLamb(0.01, weight_decay_rate=0.01,
-                                                 exclude_from_weight_decay=["LayerNorm"]),
-                      loss="mse")
+        model.compile(
+            optimizer=vrgd_tf.VRGDLamb(
+                0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["LayerNorm"]
+            ),
+            loss="mse",
+        )
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-        self.assertTrue(any("'LayerNorm' matches none" in r.getMessage()
-                            for r in logs.records))
+        self.assertTrue(any("'LayerNorm' matches none" in r.getMessage() for r in logs.records))
         self.assertTrue(np.isfinite(model.layers[0].kernel.numpy()).all())
 
     @parameterized.parameters(KERAS3, TF_KERAS)

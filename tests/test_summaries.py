@@ -11,11 +11,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import vrgd_tf
+from vrgd_tf import gsnr, summaries
+
 import numpy_reference as ref
 import util
-import vrgd_tf
-from vrgd_tf import gsnr
-from vrgd_tf import summaries
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,8 +38,14 @@ def reference_kernel_statistics(x, y, w, k):
     replicas (beta_3 = 0: the raw factor is applied)."""
     n = x.shape[0]
     b = n // k
-    gk = [2.0 / (b * y.shape[1]) / k * x[d * b:(d + 1) * b].T
-          @ (x[d * b:(d + 1) * b] @ w - y[d * b:(d + 1) * b]) for d in range(k)]
+    gk = [
+        2.0
+        / (b * y.shape[1])
+        / k
+        * x[d * b : (d + 1) * b].T
+        @ (x[d * b : (d + 1) * b] @ w - y[d * b : (d + 1) * b])
+        for d in range(k)
+    ]
     return ref.gsnr_statistics(np.stack(gk), 0.1)
 
 
@@ -47,14 +53,19 @@ def run_python(code, *args, env=None):
     """Runs ``code`` in a fresh interpreter on this worktree's vrgd_tf; returns stdout."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
 
 class SummariesTest(tf.test.TestCase):
-
     def test_callback_writes_reference_statistics(self):
         k, n = 4, 32
         rng = np.random.RandomState(0)
@@ -62,8 +73,9 @@ class SummariesTest(tf.test.TestCase):
         y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
         strategy = util.strategy_for(k)
         with strategy.scope():
-            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, name="d")],
-                                     name="net")
+            model = keras.Sequential(
+                [keras.Input((5,)), keras.layers.Dense(2, name="d")], name="net"
+            )
             model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss="mse")
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
@@ -71,16 +83,26 @@ class SummariesTest(tf.test.TestCase):
         hist = model.fit(x, y, batch_size=n, epochs=1, verbose=0, callbacks=[cb], shuffle=False)
 
         b = n // k
-        gk = [2.0 / (b * 2) / k * x[d * b:(d + 1) * b].T
-              @ (x[d * b:(d + 1) * b] @ w - y[d * b:(d + 1) * b]) for d in range(k)]
+        gk = [
+            2.0
+            / (b * 2)
+            / k
+            * x[d * b : (d + 1) * b].T
+            @ (x[d * b : (d + 1) * b] @ w - y[d * b : (d + 1) * b])
+            for d in range(k)
+        ]
         expected = ref.gsnr_statistics(np.stack(gk), 0.1)  # beta_3 = 0: raw factor applied
         stats = model.optimizer.vrgd_statistics()
         kernel = [s for name, s in stats.items() if name.endswith("kernel")][0]
         self.assertAllClose([kernel[f] for f in gsnr.STATISTICS_FIELDS], expected, rtol=1e-4)
-        self.assertAllClose(hist.history["vrgd/median/mean_gsnr"][-1],
-                            np.median([s["mean_gsnr"] for s in stats.values()]))
-        self.assertAllClose(hist.history["vrgd/mean/mean_factor"][-1],
-                            np.mean([s["mean_factor"] for s in stats.values()]))
+        self.assertAllClose(
+            hist.history["vrgd/median/mean_gsnr"][-1],
+            np.median([s["mean_gsnr"] for s in stats.values()]),
+        )
+        self.assertAllClose(
+            hist.history["vrgd/mean/mean_factor"][-1],
+            np.mean([s["mean_factor"] for s in stats.values()]),
+        )
 
         events = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
         self.assertLen(events, 1)
@@ -97,7 +119,9 @@ class SummariesTest(tf.test.TestCase):
         (the step that brings ``iterations`` to 2), interval 0 none; both families. The
         data's GSNR differs on every step, so a recording one step off is seen."""
         import tf_keras  # noqa: F401  (the tf_keras family needs it)
+
         from vrgd_tf import tf_keras as vr_tf_keras
+
         init, grads = util.make_varying_problem(2, seed=5, steps=3)
         families = [
             (vrgd_tf.VRGDLamb, None),
@@ -115,16 +139,25 @@ class SummariesTest(tf.test.TestCase):
                 _, opt = util.run_custom_loop(
                     util.strategy_for(2),
                     lambda: cls(learning_rate=0.01, statistics_interval=interval),  # noqa
-                    init, grads, make_variable=make_variable)
+                    init,
+                    grads,
+                    make_variable=make_variable,
+                )
                 self.assertEqual(opt.get_config()["statistics_interval"], interval)
-                for name, var in zip(opt._vrgd_state.variable_names,
-                                     opt._vrgd_state.statistics):
+                for name, var in zip(opt._vrgd_state.variable_names, opt._vrgd_state.statistics):
                     key = [n for n in init if name.endswith(n)][0]
-                    expected = (np.zeros(4) if step is None
-                                else ref.gsnr_statistics(grads[key][step], 0.1,
-                                                         applied[step][key]))
-                    self.assertAllClose(var.numpy(), expected, rtol=1e-5, atol=1e-7,
-                                        msg=f"{cls.__module__} interval={interval} {name}")
+                    expected = (
+                        np.zeros(4)
+                        if step is None
+                        else ref.gsnr_statistics(grads[key][step], 0.1, applied[step][key])
+                    )
+                    self.assertAllClose(
+                        var.numpy(),
+                        expected,
+                        rtol=1e-5,
+                        atol=1e-7,
+                        msg=f"{cls.__module__} interval={interval} {name}",
+                    )
 
     def test_statistics_interval_checked(self):
         with self.assertRaisesRegex(ValueError, "statistics_interval.*>= 0"):
@@ -136,19 +169,21 @@ class SummariesTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)
 
-
     def test_tf_keras_callback_returns_a_tf_keras_callback(self):
         """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,
         and a 2-replica tf_keras fit with it writes the reference statistics."""
         import tf_keras
+
         from vrgd_tf import tf_keras as vtk
+
         k, n = 2, 16
         rng = np.random.RandomState(1)
         x = rng.randn(n, 5).astype(np.float32)
         y = (3 * rng.randn(n, 2)).astype(np.float32)  # noisy: moderate GSNR
         with util.strategy_for(k).scope():
             model = tf_keras.Sequential(
-                [tf_keras.Input((5,)), tf_keras.layers.Dense(2, name="d")], name="net")
+                [tf_keras.Input((5,)), tf_keras.layers.Dense(2, name="d")], name="net"
+            )
             model.compile(optimizer=vtk.VRGDSGD(learning_rate=0.0), loss="mse")
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
@@ -160,21 +195,32 @@ class SummariesTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             summaries.tf_keras_callback(log_dir, update_freq=0)
 
-        hist = model.fit(np.concatenate([x, x]), np.concatenate([y, y]), batch_size=n,
-                         epochs=1, verbose=0, callbacks=[cb], shuffle=False)
+        hist = model.fit(
+            np.concatenate([x, x]),
+            np.concatenate([y, y]),
+            batch_size=n,
+            epochs=1,
+            verbose=0,
+            callbacks=[cb],
+            shuffle=False,
+        )
         mu, at_gamma, at_one, _ = reference_kernel_statistics(x, y, w, k)
         self.assertGreater(mu, 0.0)
         stats = model.optimizer.vrgd_statistics()
         name = [s for s in stats if s.endswith("kernel")][0]
         scalars = event_scalars(log_dir)
-        for field, expected in (("mean_gsnr", mu), ("frac_at_gamma", at_gamma),
-                                ("frac_at_one", at_one)):
+        for field, expected in (
+            ("mean_gsnr", mu),
+            ("frac_at_gamma", at_gamma),
+            ("frac_at_one", at_one),
+        ):
             written = scalars[f"vrgd/{name}/{field}"]
             self.assertEqual(sorted(written), [2])  # 2 batches, update_freq=2
             self.assertAllClose(written[2], expected, rtol=1e-4, atol=1e-7, msg=field)
             self.assertAllClose(stats[name][field], expected, rtol=1e-4, atol=1e-7)
-        self.assertAllClose(hist.history["vrgd/median/mean_gsnr"],
-                            [scalars["vrgd/median/mean_gsnr"][2]], rtol=1e-6)
+        self.assertAllClose(
+            hist.history["vrgd/median/mean_gsnr"], [scalars["vrgd/median/mean_gsnr"][2]], rtol=1e-6
+        )
 
     def test_legacy_keras_fit_with_top_level_callback(self):
         """TF_USE_LEGACY_KERAS=1: vrgd_tf.GSNRTensorBoard is the tf_keras callback, and a
@@ -202,7 +248,8 @@ class SummariesTest(tf.test.TestCase):
             "    cls=type(cb).__name__, module=type(m.optimizer).__module__,\n"
             "    tf_keras_callback=isinstance(cb, tf_keras.callbacks.Callback),\n"
             "    x=x.tolist(), y=y.tolist(), w=w.tolist(),\n"
-            "    stats=m.optimizer.vrgd_statistics())))\n")
+            "    stats=m.optimizer.vrgd_statistics())))\n"
+        )
         log_dir = tempfile.mkdtemp()
         out = run_python(code, log_dir, env={"TF_USE_LEGACY_KERAS": "1"})
         result = json.loads(out.split("RESULT", 1)[1])
@@ -214,10 +261,14 @@ class SummariesTest(tf.test.TestCase):
         self.assertGreater(mu, 0.0)
         name = [s for s in result["stats"] if s.endswith("kernel")][0]
         scalars = event_scalars(log_dir)
-        for field, expected in (("mean_gsnr", mu), ("frac_at_gamma", at_gamma),
-                                ("frac_at_one", at_one)):
-            self.assertAllClose(scalars[f"vrgd/{name}/{field}"][1], expected, rtol=1e-4,
-                                atol=1e-7, msg=field)
+        for field, expected in (
+            ("mean_gsnr", mu),
+            ("frac_at_gamma", at_gamma),
+            ("frac_at_one", at_one),
+        ):
+            self.assertAllClose(
+                scalars[f"vrgd/{name}/{field}"][1], expected, rtol=1e-4, atol=1e-7, msg=field
+            )
         self.assertIn("vrgd/mean/frac_at_one", scalars)
 
     def test_import_does_not_import_tf_keras(self):
@@ -226,7 +277,8 @@ class SummariesTest(tf.test.TestCase):
             "print('BEFORE', 'tf_keras' in sys.modules)\n"
             "from vrgd_tf.summaries import TfKerasGSNRTensorBoard\n"
             "import tf_keras\n"
-            "print('AFTER', issubclass(TfKerasGSNRTensorBoard, tf_keras.callbacks.Callback))\n")
+            "print('AFTER', issubclass(TfKerasGSNRTensorBoard, tf_keras.callbacks.Callback))\n"
+        )
         self.assertIn("BEFORE False", out)
         self.assertIn("AFTER True", out)
 
@@ -260,8 +312,10 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
         self.assertIs(vrgd_tf.unwrap_optimizer(wrapper), inner)
         self.assertEqual(vrgd_tf.vrgd_statistics(_Wrapper(_Wrapper(wrapper))), stats)
         self.assertIs(vrgd_tf.unwrap_optimizer(_Wrapper(_Wrapper(wrapper))), inner)
-        self.assertEqual(summaries.summary_logs(wrapper)["vrgd/median/mean_gsnr"],
-                         float(np.median([v["mean_gsnr"] for v in stats.values()])))
+        self.assertEqual(
+            summaries.summary_logs(wrapper)["vrgd/median/mean_gsnr"],
+            float(np.median([v["mean_gsnr"] for v in stats.values()])),
+        )
 
     def test_keras3_mixed_float16_loss_scale_optimizer(self):
         x, y = self._data()
@@ -279,7 +333,9 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
 
     def test_tf_keras_mixed_float16_loss_scale_optimizer(self):
         import tf_keras
+
         from vrgd_tf import tf_keras as vtk
+
         x, y = self._data()
         tf_keras.mixed_precision.set_global_policy("mixed_float16")
         try:
@@ -306,17 +362,23 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
 
 
 class DisplayNamesTest(tf.test.TestCase):
-
     def test_shared_leading_scopes_are_dropped_and_names_stay_distinct(self):
         from vrgd_tf.naming import display_names
-        self.assertEqual(display_names(["net/d1/kernel", "net/d1/bias", "net/d2/kernel"]),
-                         ["d1/kernel", "d1/bias", "d2/kernel"])
-        self.assertEqual(display_names(["d1/kernel", "d1/bias", "d2/kernel"]),
-                         ["d1/kernel", "d1/bias", "d2/kernel"])
+
+        self.assertEqual(
+            display_names(["net/d1/kernel", "net/d1/bias", "net/d2/kernel"]),
+            ["d1/kernel", "d1/bias", "d2/kernel"],
+        )
+        self.assertEqual(
+            display_names(["d1/kernel", "d1/bias", "d2/kernel"]),
+            ["d1/kernel", "d1/bias", "d2/kernel"],
+        )
         self.assertEqual(display_names(["net/d/kernel", "net/d/bias"]), ["kernel", "bias"])
         # tf_keras SavedModel variables loaded under a strategy lose their layer scope
-        self.assertEqual(display_names(["kernel", "bias", "kernel", "bias"]),
-                         ["kernel", "bias", "kernel_1", "bias_1"])
+        self.assertEqual(
+            display_names(["kernel", "bias", "kernel", "bias"]),
+            ["kernel", "bias", "kernel_1", "bias_1"],
+        )
         self.assertEqual(display_names([]), [])
 
 

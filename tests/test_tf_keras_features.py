@@ -10,9 +10,10 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
+from vrgd_tf import tf_keras as vtk
+
 import util
 from util import make_problem
-from vrgd_tf import tf_keras as vtk
 
 
 def tf_variable(name, value):
@@ -20,7 +21,6 @@ def tf_variable(name, value):
 
 
 class LossScaleTest(tf.test.TestCase):
-
     def test_inf_gradient_step_is_skipped_with_vrgd_state_unchanged(self):
         k = 2
         init, grads = make_problem(k, seed=5, steps=3)
@@ -30,8 +30,9 @@ class LossScaleTest(tf.test.TestCase):
         with strategy.scope():
             variables = {n: tf.Variable(v, name=n) for n, v in init.items()}
             inner = vtk.VRGDLamb(learning_rate=0.01)
-            opt = tf_keras.mixed_precision.LossScaleOptimizer(inner, dynamic=True,
-                                                              initial_scale=1024.0)
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(
+                inner, dynamic=True, initial_scale=1024.0
+            )
         consts = {n: tf.constant(g) for n, g in grads.items()}
 
         @tf.function
@@ -39,16 +40,20 @@ class LossScaleTest(tf.test.TestCase):
             def fn():
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 # unscaled float16 gradients, as get_unscaled_gradients returns them
-                opt.apply_gradients([(tf.cast(tf.gather(consts[n][i], rid), tf.float32),
-                                      variables[n]) for n in sorted(variables)])
+                opt.apply_gradients(
+                    [
+                        (tf.cast(tf.gather(consts[n][i], rid), tf.float32), variables[n])
+                        for n in sorted(variables)
+                    ]
+                )
+
             strategy.run(fn)
 
         step(tf.constant(0))
         step(tf.constant(1))
         before = {w.name: w.numpy().copy() for w in inner.weights}
         before_vars = {n: v.numpy().copy() for n, v in variables.items()}
-        self.assertTrue(any("vrgd_deficit" in n and np.abs(v).max() > 0
-                            for n, v in before.items()))
+        self.assertTrue(any("vrgd_deficit" in n and np.abs(v).max() > 0 for n, v in before.items()))
         step(tf.constant(2))  # the inf step
         for w in inner.weights:
             if w.name.startswith("iter"):
@@ -61,28 +66,59 @@ class LossScaleTest(tf.test.TestCase):
 
 
 class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(
-        (vtk.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True, gamma=0.2,
-                           beta_3=0.5)),
-        (vtk.VRGDAdam, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-6,
-                            amsgrad=True, gamma=0.3, beta_3=0.7)),
-        (vtk.VRGDLars, dict(learning_rate=0.5, momentum=0.8, weight_decay_rate=1e-3, eeta=0.01,
-                            nesterov=True, classic_momentum=False,
-                            exclude_from_weight_decay=["bias"],
-                            exclude_from_layer_adaptation=["bn"], gamma=0.05, beta_3=0.0)),
-        (vtk.VRGDLamb, dict(learning_rate=0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-5,
-                            weight_decay_rate=0.01, exclude_from_weight_decay=["bias"],
-                            exclude_from_layer_adaptation=["LayerNorm"], gamma=0.1,
-                            beta_3=0.9, statistics_interval=100)),
+        (vtk.VRGDSGD, dict(learning_rate=0.05, momentum=0.8, nesterov=True, gamma=0.2, beta_3=0.5)),
+        (
+            vtk.VRGDAdam,
+            dict(
+                learning_rate=0.01,
+                beta_1=0.8,
+                beta_2=0.99,
+                epsilon=1e-6,
+                amsgrad=True,
+                gamma=0.3,
+                beta_3=0.7,
+            ),
+        ),
+        (
+            vtk.VRGDLars,
+            dict(
+                learning_rate=0.5,
+                momentum=0.8,
+                weight_decay_rate=1e-3,
+                eeta=0.01,
+                nesterov=True,
+                classic_momentum=False,
+                exclude_from_weight_decay=["bias"],
+                exclude_from_layer_adaptation=["bn"],
+                gamma=0.05,
+                beta_3=0.0,
+            ),
+        ),
+        (
+            vtk.VRGDLamb,
+            dict(
+                learning_rate=0.01,
+                beta_1=0.8,
+                beta_2=0.99,
+                epsilon=1e-5,
+                weight_decay_rate=0.01,
+                exclude_from_weight_decay=["bias"],
+                exclude_from_layer_adaptation=["LayerNorm"],
+                gamma=0.1,
+                beta_3=0.9,
+                statistics_interval=100,
+            ),
+        ),
     )
     def test_config_round_trip(self, cls, kwargs):
         opt = cls(**kwargs)
         config = opt.get_config()
         util.assert_config_has(self, config, kwargs)
         self.assertEqual(cls.from_config(config).get_config(), config)
-        clone = tf_keras.optimizers.deserialize(tf_keras.optimizers.serialize(opt),
-                                                use_legacy_optimizer=True)
+        clone = tf_keras.optimizers.deserialize(
+            tf_keras.optimizers.serialize(opt), use_legacy_optimizer=True
+        )
         self.assertIsInstance(clone, cls)
 
     def test_bad_arguments(self):
@@ -99,20 +135,20 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
         init, grads = make_problem(4, seed=8, steps=4)
         strategy = util.strategy_for(4)
         make = lambda: vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)  # noqa: E731
-        straight, _ = util.run_custom_loop(strategy, make, init, grads,
-                                           make_variable=tf_variable)
+        straight, _ = util.run_custom_loop(strategy, make, init, grads, make_variable=tf_variable)
         first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
-        variables, opt = util.run_custom_loop(strategy, make, init, first,
-                                              make_variable=tf_variable)
+        variables, opt = util.run_custom_loop(
+            strategy, make, init, first, make_variable=tf_variable
+        )
         path = tf.train.Checkpoint(optimizer=opt, **variables).save(
-            os.path.join(tempfile.mkdtemp(), "ckpt"))
+            os.path.join(tempfile.mkdtemp(), "ckpt")
+        )
         with strategy.scope():
             fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
             opt2 = make()
         tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path)
-        resumed, opt2 = util.run_custom_loop(strategy, lambda: opt2, init, second,
-                                             existing=fresh)
+        resumed, opt2 = util.run_custom_loop(strategy, lambda: opt2, init, second, existing=fresh)
         for n in init:
             np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy())
         names = [w.name for w in opt2.weights]
@@ -120,15 +156,20 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class StateNamingTest(tf.test.TestCase):
-
     def test_state_restores_as_slots_whatever_the_gradient_order(self):
         """The state is a slot of its model variable, not keyed by first-gradient position."""
         init, grads = make_problem(2, seed=12, steps=2)
         strategy = util.strategy_for(2)
-        variables, opt = util.run_custom_loop(strategy, lambda: vtk.VRGDLamb(learning_rate=0.01),
-                                              init, grads, make_variable=tf_variable)
+        variables, opt = util.run_custom_loop(
+            strategy,
+            lambda: vtk.VRGDLamb(learning_rate=0.01),
+            init,
+            grads,
+            make_variable=tf_variable,
+        )
         path = tf.train.Checkpoint(optimizer=opt, **variables).save(
-            os.path.join(tempfile.mkdtemp(), "ckpt"))
+            os.path.join(tempfile.mkdtemp(), "ckpt")
+        )
         with strategy.scope():
             fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
             opt2 = vtk.VRGDLamb(learning_rate=0.01)
@@ -148,7 +189,6 @@ class StateNamingTest(tf.test.TestCase):
 
 
 class LegacyKerasSwitchTest(tf.test.TestCase):
-
     def test_tf_use_legacy_keras_exports_tf_keras_classes(self):
         code = (
             "import numpy as np, tensorflow as tf, vrgd_tf\n"
@@ -156,10 +196,12 @@ class LegacyKerasSwitchTest(tf.test.TestCase):
             "m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])\n"
             "m.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01), loss='mse')\n"
             "h = m.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=2, verbose=0)\n"
-            "print('LOSS', h.history['loss'])\n")
+            "print('LOSS', h.history['loss'])\n"
+        )
         env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
         self.assertEqual(out.returncode, 0, out.stderr[-3000:])
         losses = eval(out.stdout.split("LOSS", 1)[1])
         self.assertLess(losses[1], losses[0])

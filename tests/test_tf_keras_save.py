@@ -21,9 +21,10 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-import util
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+
+import util
 
 ON_READ = tf.VariableSynchronization.ON_READ
 ONLY_FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -35,11 +36,21 @@ CASES = (
     ("lars", vtk.VRGDLars, dict(learning_rate=0.5, momentum=0.9, beta_3=0.5)),
     ("lamb", vtk.VRGDLamb, dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)),
 )
-PARAMS = [dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
-          for name, cls, kwargs in CASES for k in (1, 2)]
+PARAMS = [
+    dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
+    for name, cls, kwargs in CASES
+    for k in (1, 2)
+]
 # LossScaleOptimizer exposes the inner optimizer's slots as its own.
-PARAMS.append(dict(testcase_name="lamb_loss_scale_k2", cls=vtk.VRGDLamb,
-                   kwargs=dict(learning_rate=0.01, beta_3=0.9), k=2, loss_scale=True))
+PARAMS.append(
+    dict(
+        testcase_name="lamb_loss_scale_k2",
+        cls=vtk.VRGDLamb,
+        kwargs=dict(learning_rate=0.01, beta_3=0.9),
+        k=2,
+        loss_scale=True,
+    )
+)
 
 _RNG = np.random.default_rng(3)
 X = _RNG.normal(size=(32, 3)).astype(np.float32)
@@ -55,8 +66,9 @@ def _strategy(k):
 def _model(cls, kwargs, loss_scale=False):
     """A compiled two-layer tf_keras model (call in the strategy scope)."""
     tf_keras.utils.set_random_seed(7)
-    model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
-                                 tf_keras.layers.Dense(2)])
+    model = tf_keras.Sequential(
+        [tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)), tf_keras.layers.Dense(2)]
+    )
     optimizer = cls(**kwargs)
     if loss_scale:
         optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
@@ -65,15 +77,19 @@ def _model(cls, kwargs, loss_scale=False):
 
 
 def _fit(model, steps):
-    model.fit(X[:steps * BATCH], Y[:steps * BATCH], batch_size=BATCH, epochs=1,
-              shuffle=False, verbose=0)
+    model.fit(
+        X[: steps * BATCH], Y[: steps * BATCH], batch_size=BATCH, epochs=1, shuffle=False, verbose=0
+    )
 
 
 def _vrgd_slots(optimizer, model):
     """{(index in model.trainable_variables, slot name): slot variable}, ``vrgd_`` slots."""
-    return {(i, s): optimizer.get_slot(v, s)
-            for i, v in enumerate(model.trainable_variables) for s in optimizer.get_slot_names()
-            if s.startswith("vrgd_")}
+    return {
+        (i, s): optimizer.get_slot(v, s)
+        for i, v in enumerate(model.trainable_variables)
+        for s in optimizer.get_slot_names()
+        if s.startswith("vrgd_")
+    }
 
 
 class _StateAssertions:
@@ -84,8 +100,7 @@ class _StateAssertions:
         slots = _vrgd_slots(optimizer, model)
         expected = {"vrgd_statistics": lambda v: [gsnr.NUM_STATISTICS]}
         if beta_3 > 0.0:
-            expected.update(vrgd_deficit=lambda v: v.shape.as_list(),
-                            vrgd_correction=lambda v: [])
+            expected.update(vrgd_deficit=lambda v: v.shape.as_list(), vrgd_correction=lambda v: [])
         self.assertEqual(sorted({s for _, s in slots}), sorted(expected))
         variables = model.trainable_variables
         self.assertLen(slots, len(variables) * len(expected))
@@ -109,7 +124,6 @@ class _StateAssertions:
 
 
 class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.named_parameters(*PARAMS)
     def test_savedmodel_load_and_resume(self, cls, kwargs, k, loss_scale=False):
         strategy = _strategy(k)
@@ -154,7 +168,6 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
 
 
 class CheckpointKindTest(_StateAssertions, tf.test.TestCase):
-
     def test_checkpoint_restore_before_and_after_build_keeps_kind(self):
         cls, kwargs = vtk.VRGDLamb, dict(learning_rate=0.01, beta_3=0.9)
         strategy = util.strategy_for(2)

@@ -13,12 +13,19 @@ REQUIRED = ("TPU_NAME", "MODEL_DIR", "DATA_DIR")
 
 
 def run_script(name, *args, env=None):
-    base = {k: v for k, v in os.environ.items()
-            if k not in REQUIRED + ("DRY_RUN", "OPTIMIZER", "PHASES", "EXTRA_PARAMS_OVERRIDE",
-                                    "PYTHON")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in REQUIRED + ("DRY_RUN", "OPTIMIZER", "PHASES", "EXTRA_PARAMS_OVERRIDE", "PYTHON")
+    }
     base.update(env or {})
-    return subprocess.run(["bash", os.path.join(SCRIPTS, name), *args], env=base,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", os.path.join(SCRIPTS, name), *args],
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def commands(stdout):
@@ -35,27 +42,33 @@ def flag_values(argv):
     return out
 
 
-ENV = {"TPU_NAME": "my-tpu", "MODEL_DIR": "gs://bucket/run 1", "DATA_DIR": "gs://bucket/data",
-       "DRY_RUN": "1"}
+ENV = {
+    "TPU_NAME": "my-tpu",
+    "MODEL_DIR": "gs://bucket/run 1",
+    "DATA_DIR": "gs://bucket/data",
+    "DRY_RUN": "1",
+}
 
 
 class LauncherTest(tf.test.TestCase):
-
     def test_refuse_without_environment(self):
         for script in ("run_bert_pretraining.sh", "run_resnet.sh"):
             result = run_script(script, env={"DRY_RUN": "1"})
             self.assertNotEqual(result.returncode, 0, script)
-            self.assertIn("missing required environment variable(s): TPU_NAME MODEL_DIR "
-                          "DATA_DIR", result.stderr)
+            self.assertIn(
+                "missing required environment variable(s): TPU_NAME MODEL_DIR DATA_DIR",
+                result.stderr,
+            )
             self.assertEqual(commands(result.stdout), [])
             # Only the missing ones are named.
-            result = run_script(script, env={"DRY_RUN": "1", "TPU_NAME": "t",
-                                             "DATA_DIR": "gs://d"})
+            result = run_script(script, env={"DRY_RUN": "1", "TPU_NAME": "t", "DATA_DIR": "gs://d"})
             self.assertNotEqual(result.returncode, 0)
             self.assertRegex(result.stderr, r"variable\(s\): MODEL_DIR\n")
             # Empty counts as missing.
-            result = run_script(script, env={"DRY_RUN": "1", "TPU_NAME": "",
-                                             "DATA_DIR": "gs://d", "MODEL_DIR": "gs://m"})
+            result = run_script(
+                script,
+                env={"DRY_RUN": "1", "TPU_NAME": "", "DATA_DIR": "gs://d", "MODEL_DIR": "gs://m"},
+            )
             self.assertNotEqual(result.returncode, 0)
             self.assertRegex(result.stderr, r"variable\(s\): TPU_NAME\n")
 
@@ -84,33 +97,45 @@ class LauncherTest(tf.test.TestCase):
                 self.assertEqual(flags["mode"], "train" if phase == 1 else "train_and_eval")
                 self.assertEqual(flags["tpu"], "my-tpu")
                 self.assertEqual(flags["model_dir"], f"gs://bucket/run 1/phase{phase}")
-                config = os.path.join(REPO, "official_configs",
-                                      f"bert_large_vrlamb_{variant}_phase{phase}.yaml")
+                config = os.path.join(
+                    REPO, "official_configs", f"bert_large_vrlamb_{variant}_phase{phase}.yaml"
+                )
                 self.assertEqual(flags["config_file"], config)
                 self.assertTrue(os.path.exists(config))
-                expected = [f"task.train_data.input_path=gs://bucket/data/seq_{seq}_mp_{mp}/train/*",
-                            "task.validation_data.input_path="
-                            f"gs://bucket/data/seq_{seq}_mp_{mp}/eval/*"]
+                expected = [
+                    f"task.train_data.input_path=gs://bucket/data/seq_{seq}_mp_{mp}/train/*",
+                    f"task.validation_data.input_path=gs://bucket/data/seq_{seq}_mp_{mp}/eval/*",
+                ]
                 if phase == 2:
                     expected.append("task.init_checkpoint=gs://bucket/run 1/phase1")
                 expected.append("trainer.optimizer_config.optimizer.type=vrgd_lamb")
                 self.assertEqual(flags["params_override"].split(","), expected)
 
     def test_resnet_dry_run_and_options(self):
-        result = run_script("run_resnet.sh", "96k", "--enable_async_checkpointing",
-                            env=dict(ENV, OPTIMIZER="lars", EXTRA_PARAMS_OVERRIDE="a.b=1"))
+        result = run_script(
+            "run_resnet.sh",
+            "96k",
+            "--enable_async_checkpointing",
+            env=dict(ENV, OPTIMIZER="lars", EXTRA_PARAMS_OVERRIDE="a.b=1"),
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
         (argv,) = commands(result.stdout)
         flags = flag_values(argv)
         self.assertEqual(flags["experiment"], "vrgd_resnet_imagenet")
         self.assertEqual(flags["mode"], "train_and_eval")
         self.assertEqual(flags["model_dir"], "gs://bucket/run 1")
-        self.assertEqual(flags["config_file"],
-                         os.path.join(REPO, "official_configs", "resnet50_vrlars_96k.yaml"))
-        self.assertEqual(flags["params_override"].split(","), [
-            "task.train_data.input_path=gs://bucket/data/train*",
-            "task.validation_data.input_path=gs://bucket/data/valid*",
-            "trainer.optimizer_config.optimizer.type=lars", "a.b=1"])
+        self.assertEqual(
+            flags["config_file"], os.path.join(REPO, "official_configs", "resnet50_vrlars_96k.yaml")
+        )
+        self.assertEqual(
+            flags["params_override"].split(","),
+            [
+                "task.train_data.input_path=gs://bucket/data/train*",
+                "task.validation_data.input_path=gs://bucket/data/valid*",
+                "trainer.optimizer_config.optimizer.type=lars",
+                "a.b=1",
+            ],
+        )
         self.assertEqual(argv[-1], "--enable_async_checkpointing")
         # Default variant is 32k.
         (argv,) = commands(run_script("run_resnet.sh", env=ENV).stdout)
@@ -130,26 +155,33 @@ class LauncherTest(tf.test.TestCase):
 
 
 class TrainPyRefusalTest(tf.test.TestCase):
-
     def test_placeholders_and_typos_are_refused(self):
         config = os.path.join(REPO, "official_configs", "resnet50_vrlars_32k.yaml")
-        base = [sys.executable, os.path.join(SCRIPTS, "train.py"),
-                "--experiment=vrgd_resnet_imagenet", "--mode=train",
-                f"--model_dir={self.get_temp_dir()}/m", f"--config_file={config}",
-                "--cpu_replicas=2"]
+        base = [
+            sys.executable,
+            os.path.join(SCRIPTS, "train.py"),
+            "--experiment=vrgd_resnet_imagenet",
+            "--mode=train",
+            f"--model_dir={self.get_temp_dir()}/m",
+            f"--config_file={config}",
+            "--cpu_replicas=2",
+        ]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         # Both at once: each mostly waits for its imports.
-        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env) for argv in (
-            base,
-            base + ["--params_override="
-                    "trainer.optimizer_config.optimizer.vrgd_lars.gama=0.2"])]
+        procs = [
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
+            for argv in (
+                base,
+                base + ["--params_override=trainer.optimizer_config.optimizer.vrgd_lars.gama=0.2"],
+            )
+        ]
         (_, placeholder_err), (_, typo_err) = [p.communicate(timeout=240) for p in procs]
         self.assertEqual(procs[0].returncode, 1)
         self.assertIn("placeholders that YAML does not expand", placeholder_err)
         self.assertIn("task.train_data.input_path = '${DATA_DIR}/train*'", placeholder_err)
-        self.assertIn("task.validation_data.input_path = '${DATA_DIR}/valid*'",
-                      placeholder_err)
+        self.assertIn("task.validation_data.input_path = '${DATA_DIR}/valid*'", placeholder_err)
         self.assertIn("--params_override", placeholder_err)
         self.assertNotEqual(procs[1].returncode, 0)
         self.assertIn("KeyError: \"The key 'gama' does not exist", typo_err)

@@ -21,8 +21,10 @@ LAMBS = [k3.Lamb, k3.VRGDLamb]
 
 
 def variables(bias=1.0):
-    return (keras.Variable(np.ones(3, np.float32), name="kernel"),
-            keras.Variable(np.full(3, bias, np.float32), name="bias"))
+    return (
+        keras.Variable(np.ones(3, np.float32), name="kernel"),
+        keras.Variable(np.full(3, bias, np.float32), name="bias"),
+    )
 
 
 def kwargs_for(cls, **extra):
@@ -40,7 +42,6 @@ def decayed(cls):
 
 
 class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
-
     def setUp(self):
         super().setUp()
         logging.getLogger("vrgd_tf").setLevel(logging.ERROR)  # the one-replica warning
@@ -48,8 +49,11 @@ class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(*LAYERWISE)
     def test_keras_weight_decay_is_refused_naming_weight_decay_rate(self, cls):
         # Was accepted, and decayed the excluded bias from 1.0 to 0.99 in one step.
-        with self.assertRaisesRegex(ValueError, r"(?s)`weight_decay`.*not supported.*"
-                                                r"weight_decay=0\.1.*`weight_decay_rate`"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"(?s)`weight_decay`.*not supported.*"
+            r"weight_decay=0\.1.*`weight_decay_rate`",
+        ):
             cls(learning_rate=0.1, weight_decay=0.1, exclude_from_weight_decay=["bias"])
 
     @parameterized.product(cls=LAYERWISE, weight_decay=[None, 0.0])
@@ -100,16 +104,18 @@ class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
             opt = cls(learning_rate=0.1, exclude_from_layer_adaptation=layer_adaptation)
             opt.exclude_from_weight_decay(var_names=["bias"])
             opt.apply_gradients([(tf.ones(3), kernel), (tf.ones(3), bias)])
-            self.assertAllClose(bias.numpy(), np.full(3, expected), rtol=1e-5,
-                                msg=str(layer_adaptation))
+            self.assertAllClose(
+                bias.numpy(), np.full(3, expected), rtol=1e-5, msg=str(layer_adaptation)
+            )
 
     @parameterized.parameters(*LAYERWISE)
     def test_keras_method_after_build_raises_like_keras(self, cls):
         kernel, bias = variables()
         opt = cls(**kwargs_for(cls))
         opt.build([kernel, bias])
-        with self.assertRaisesRegex(ValueError, "can only be configured before the "
-                                                "optimizer is built"):
+        with self.assertRaisesRegex(
+            ValueError, "can only be configured before the optimizer is built"
+        ):
             opt.exclude_from_weight_decay(var_names=["bias"])
 
     def test_keras_method_checks_names(self):
@@ -140,15 +146,13 @@ class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(
         (None, None, None, None),
         (["bias"], None, ["bias"], None),
-        (["bias"], [], ["bias"], []),          # empty falls back, as in Model Garden
+        (["bias"], [], ["bias"], []),  # empty falls back, as in Model Garden
         (["bias"], ["bn"], ["bn"], ["bn"]),
         (None, ["bn"], ["bn"], ["bn"]),
     )
-    def test_layer_adaptation_attribute_and_config(self, weight_decay, layer, effective,
-                                                   in_config):
+    def test_layer_adaptation_attribute_and_config(self, weight_decay, layer, effective, in_config):
         for cls in LAYERWISE:
-            opt = cls(exclude_from_weight_decay=weight_decay,
-                      exclude_from_layer_adaptation=layer)
+            opt = cls(exclude_from_weight_decay=weight_decay, exclude_from_layer_adaptation=layer)
             self.assertEqual(opt.exclude_from_layer_adaptation, effective, cls.__name__)
             self.assertEqual(opt.exclude_from_weight_decay_patterns, weight_decay)
             config = opt.get_config()

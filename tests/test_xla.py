@@ -5,20 +5,25 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-import numpy_reference as ref
-import util
 import vrgd_tf
-from util import make_problem
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+
+import numpy_reference as ref
+import util
+from util import make_problem
 
 KERAS3 = {
     "sgd": (vrgd_tf.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
     "adam": (vrgd_tf.VRGDAdam, dict(learning_rate=0.01)),
-    "lars": (vrgd_tf.VRGDLars, dict(learning_rate=0.5, weight_decay_rate=0.01,
-                                     exclude_from_weight_decay=["bias"])),
-    "lamb": (vrgd_tf.VRGDLamb, dict(learning_rate=0.01, weight_decay_rate=0.01,
-                                     exclude_from_weight_decay=["bias"])),
+    "lars": (
+        vrgd_tf.VRGDLars,
+        dict(learning_rate=0.5, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+    ),
+    "lamb": (
+        vrgd_tf.VRGDLamb,
+        dict(learning_rate=0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+    ),
 }
 TF_KERAS = {
     "sgd": (vtk.VRGDSGD, dict(learning_rate=0.1, momentum=0.9)),
@@ -50,15 +55,15 @@ class FakeReplicaContext:
 
 
 class XlaTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(sorted(KERAS3))
     def test_keras3_step_compiles_and_matches(self, name):
         cls, kwargs = KERAS3[name]
         init, grads = make_problem(1, seed=2)
         strategy = tf.distribute.get_strategy()
         eager, _ = util.run_custom_loop(strategy, lambda: cls(**kwargs), init, grads)
-        xla, _ = util.run_custom_loop(strategy, lambda: cls(**kwargs), init, grads,
-                                      jit_compile=True)
+        xla, _ = util.run_custom_loop(
+            strategy, lambda: cls(**kwargs), init, grads, jit_compile=True
+        )
         for n in init:
             self.assertAllClose(xla[n].numpy(), eager[n].numpy(), rtol=1e-6, atol=1e-6)
 
@@ -68,10 +73,12 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         init, grads = make_problem(1, seed=3)
         strategy = tf.distribute.get_strategy()
         mk = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
-        eager, _ = util.run_custom_loop(strategy, lambda: cls(**kwargs), init, grads,
-                                        make_variable=mk)
-        xla, _ = util.run_custom_loop(strategy, lambda: cls(**kwargs), init, grads,
-                                      make_variable=mk, jit_compile=True)
+        eager, _ = util.run_custom_loop(
+            strategy, lambda: cls(**kwargs), init, grads, make_variable=mk
+        )
+        xla, _ = util.run_custom_loop(
+            strategy, lambda: cls(**kwargs), init, grads, make_variable=mk, jit_compile=True
+        )
         for n in init:
             self.assertAllClose(xla[n].numpy(), eager[n].numpy(), rtol=1e-6, atol=1e-6)
 
@@ -85,8 +92,8 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
 
         def run(jit):
             state = gsnr.VRGDState(
-                lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind),
-                id, beta_3)
+                lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind), id, beta_3
+            )
             state.add_variables(variables)
             outs = []
             for step in range(2):
@@ -95,9 +102,16 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
                 mine = [tf.constant(grads[n][step, 0]) for n in names]
 
                 def fn(record, *g):
-                    return gsnr.variance_reduce(list(g), variables, gamma=0.1, beta_3=beta_3,
-                                                state=state, replica_context=ctx,
-                                                record_statistics=record)
+                    return gsnr.variance_reduce(
+                        list(g),
+                        variables,
+                        gamma=0.1,
+                        beta_3=beta_3,
+                        state=state,
+                        replica_context=ctx,
+                        record_statistics=record,
+                    )
+
                 # Diagnostics recorded on the second step only (a tf.cond in the program).
                 out = tf.function(fn, jit_compile=jit)(tf.constant(step == 1), *mine)
                 outs.append([o.numpy() for o in out])
@@ -110,21 +124,24 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         eager = run(False)
         # The factor applied at step 2 (after smoothing), for the mean_factor diagnostic.
         moms = {n: ref.FactorMomentum(beta_3) for n in names}
-        applied = {n: [moms[n](ref.gsnr_factor(grads[n][s], 0.1)[0]) for s in range(2)][1]
-                   for n in names}
+        applied = {
+            n: [moms[n](ref.gsnr_factor(grads[n][s], 0.1)[0]) for s in range(2)][1] for n in names
+        }
         for step_stats in (compiled_stats, stats):
             for i, n in enumerate(names):
                 self.assertAllEqual(step_stats[0][i], np.zeros(4))
-                self.assertAllClose(step_stats[1][i],
-                                    ref.gsnr_statistics(grads[n][1], 0.1, applied[n]),
-                                    rtol=1e-5, atol=1e-7)
+                self.assertAllClose(
+                    step_stats[1][i],
+                    ref.gsnr_statistics(grads[n][1], 0.1, applied[n]),
+                    rtol=1e-5,
+                    atol=1e-7,
+                )
         moms = {n: ref.FactorMomentum(beta_3) for n in names}
         for step in range(2):
             for i, n in enumerate(names):
                 self.assertAllClose(compiled[step][i], eager[step][i], rtol=1e-6, atol=1e-7)
                 factor, s1 = ref.gsnr_factor(grads[n][step], 0.1)
-                self.assertAllClose(compiled[step][i], moms[n](factor) * s1, rtol=1e-5,
-                                    atol=1e-6)
+                self.assertAllClose(compiled[step][i], moms[n](factor) * s1, rtol=1e-5, atol=1e-6)
 
 
 if __name__ == "__main__":

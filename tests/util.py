@@ -12,20 +12,23 @@ def strategy_for(k):
     """
     devices = [f"/cpu:{i}" for i in range(k)]
     return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 def replica_values(var):
     """Numpy copies of every replica's component of a (possibly Keras-wrapped) variable."""
     import keras
+
     v = var.value if isinstance(var, keras.Variable) else var
     if isinstance(v, tf.distribute.DistributedValues):
         return [np.array(x.numpy()) for x in v.values]
     return [np.array(v.numpy())]
 
 
-def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None,
-                    jit_compile=False, existing=None):
+def run_custom_loop(
+    strategy, make_optimizer, init, grads, *, make_variable=None, jit_compile=False, existing=None
+):
     """Applies known per-replica gradients for several steps.
 
     Args:
@@ -41,18 +44,26 @@ def run_custom_loop(strategy, make_optimizer, init, grads, *, make_variable=None
       (variables dict, optimizer).
     """
     variables, opt = None, None
-    for _, variables, opt in custom_loop_steps(strategy, make_optimizer, init, grads,
-                                               make_variable=make_variable,
-                                               jit_compile=jit_compile, existing=existing):
+    for _, variables, opt in custom_loop_steps(
+        strategy,
+        make_optimizer,
+        init,
+        grads,
+        make_variable=make_variable,
+        jit_compile=jit_compile,
+        existing=existing,
+    ):
         pass
     return variables, opt
 
 
-def custom_loop_steps(strategy, make_optimizer, init, grads, *, make_variable=None,
-                      jit_compile=False, existing=None):
+def custom_loop_steps(
+    strategy, make_optimizer, init, grads, *, make_variable=None, jit_compile=False, existing=None
+):
     """:func:`run_custom_loop` one step at a time: yields ``(step index, variables dict,
     optimizer)`` after each step, so a test can read weights and state in between."""
     import keras
+
     names = list(init)
     steps = next(iter(grads.values())).shape[0]
     make_variable = make_variable or (lambda n, v: keras.Variable(v, name=n))
@@ -69,6 +80,7 @@ def custom_loop_steps(strategy, make_optimizer, init, grads, *, make_variable=No
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             pairs = [(tf.gather(consts[n][i], rid), variables[n]) for n in names]
             opt.apply_gradients(pairs)
+
         strategy.run(fn)
 
     for i in range(steps):

@@ -36,11 +36,8 @@ import pprint
 import re
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
 import tensorflow as tf
-
+from absl import app, flags, logging
 from official.common import flags as tfm_flags
 
 FLAGS = flags.FLAGS
@@ -51,32 +48,42 @@ _PLACEHOLDER = re.compile(r"\$\{?[A-Z_][A-Z0-9_]*\}?|<[A-Z_]+>")
 def _define_flags():
     tfm_flags.define_flags()
     flags.DEFINE_integer(
-        "cpu_replicas", 0,
+        "cpu_replicas",
+        0,
         "If >= 1, split the host CPU into this many logical devices (before TensorFlow "
         "initialises its devices) and train with a MirroredStrategy over them instead of "
         "runtime.distribution_strategy. For machines without an accelerator; VRGD needs "
-        ">= 2 replicas to estimate the gradient noise.", lower_bound=0)
+        ">= 2 replicas to estimate the gradient noise.",
+        lower_bound=0,
+    )
     flags.DEFINE_bool(
-        "enable_async_checkpointing", False,
-        "Save checkpoints asynchronously (Model Garden's option).")
+        "enable_async_checkpointing",
+        False,
+        "Save checkpoints asynchronously (Model Garden's option).",
+    )
     flags.DEFINE_bool(
-        "fast_exit", True,
+        "fast_exit",
+        True,
         "After a successful run (checkpoints and summaries are written and flushed by then), "
         "end the process with os._exit(0) instead of a normal interpreter shutdown. In "
         "TensorFlow 2.20 destroying a tf.data iterator joins its autotuning thread without "
         "waking it, which blocks the exit for up to half the input pipeline's lifetime "
-        "(at most 60 s per pipeline). --nofast_exit restores the normal shutdown.")
+        "(at most 60 s per pipeline). --nofast_exit restores the normal shutdown.",
+    )
     flags.DEFINE_integer(
-        "seed", None,
+        "seed",
+        None,
         "If set, seeds Python, NumPy and TensorFlow (tf_keras.utils.set_random_seed) before "
         "the model is built, so that runs with the same seed start from the same weights "
-        "(pair it with task.train_data.seed for the data order).")
+        "(pair it with task.train_data.seed for the data order).",
+    )
     flags.mark_flags_as_required(["experiment", "mode", "model_dir"])
 
 
 def configure_cpu_replicas(num_replicas: int):
     """``num_replicas`` logical CPU device names (:func:`vrgd_tf.devices.split_cpu`)."""
     from vrgd_tf import devices  # after __main__ made the checkout importable
+
     return devices.split_cpu(num_replicas, argument="--cpu_replicas")
 
 
@@ -105,13 +112,17 @@ def find_placeholders(params):
 def build_strategy(params, cpu_replicas: int):
     """``MirroredStrategy`` over ``cpu_replicas`` logical CPUs, else Model Garden's choice."""
     from official.common import distribute_utils  # pylint: disable=g-import-not-at-top
+
     if cpu_replicas:
         devices = [f"/device:CPU:{i}" for i in range(cpu_replicas)]
         if params.runtime.distribution_strategy not in ("mirrored", "off", "one_device"):
             logging.warning(
                 "--cpu_replicas=%d: using a MirroredStrategy over %s instead of "
-                "runtime.distribution_strategy=%r.", cpu_replicas, devices,
-                params.runtime.distribution_strategy)
+                "runtime.distribution_strategy=%r.",
+                cpu_replicas,
+                devices,
+                params.runtime.distribution_strategy,
+            )
         return tf.distribute.MirroredStrategy(devices=devices)
     return distribute_utils.get_distribution_strategy(
         distribution_strategy=params.runtime.distribution_strategy,
@@ -119,7 +130,8 @@ def build_strategy(params, cpu_replicas: int):
         num_gpus=params.runtime.num_gpus,
         num_packs=params.runtime.num_packs,
         tpu_address=params.runtime.tpu,
-        **params.runtime.model_parallelism())
+        **params.runtime.model_parallelism(),
+    )
 
 
 def main(argv):
@@ -132,11 +144,11 @@ def main(argv):
 
     # pylint: disable=g-import-not-at-top,unused-import
     import gin
-    from official.common import registry_imports  # Model Garden's own experiments.
-    from official.core import task_factory
-    from official.core import train_utils
+    from official.common import registry_imports  # noqa: F401  (registers Model Garden's experiments)
+    from official.core import task_factory, train_utils
     from official.modeling import performance
-    import vrgd_tf.model_garden  # The VRGD optimizers and experiments.
+
+    import vrgd_tf.model_garden  # noqa: F401  (registers the VRGD optimizers and experiments)
     from vrgd_tf.model_garden import trainer as trainer_lib
     # pylint: enable=g-import-not-at-top,unused-import
 
@@ -150,7 +162,8 @@ def main(argv):
             "train.py: these paths still hold placeholders that YAML does not expand:\n"
             f"{listing}\nPass the real paths with --params_override, e.g. "
             f"--params_override={placeholders[0][0]}=/path/to/data (the launchers in "
-            "tpu_scripts/ do this from $DATA_DIR).")
+            "tpu_scripts/ do this from $DATA_DIR)."
+        )
     logging.info("Final experiment parameters:\n%s", pprint.pformat(params.as_dict()))
 
     model_dir = FLAGS.model_dir
@@ -162,8 +175,11 @@ def main(argv):
         performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
 
     strategy = build_strategy(params, FLAGS.cpu_replicas)
-    logging.info("Distribution strategy %s with %d replica(s) in sync.",
-                 type(strategy).__name__, strategy.num_replicas_in_sync)
+    logging.info(
+        "Distribution strategy %s with %d replica(s) in sync.",
+        type(strategy).__name__,
+        strategy.num_replicas_in_sync,
+    )
     opt_type = params.trainer.optimizer_config.optimizer.type or ""
     groups = getattr(params.trainer, "vrgd_micro_batches", 1)
     if opt_type.startswith("vrgd_") and strategy.num_replicas_in_sync * groups < 2:
@@ -171,20 +187,31 @@ def main(argv):
             "%s with %d replica: VRGD has no gradient-noise estimate and steps exactly as "
             "its base optimizer. Use >= 2 replicas (on CPU: --cpu_replicas=2 or more) or "
             "micro-batch groups (trainer.vrgd_micro_batches=4).",
-            opt_type, strategy.num_replicas_in_sync)
+            opt_type,
+            strategy.num_replicas_in_sync,
+        )
     elif groups > 1:
-        logging.info("%d replica(s) x %d micro-batch groups: %d GSNR samples per step.",
-                     strategy.num_replicas_in_sync, groups,
-                     strategy.num_replicas_in_sync * groups)
+        logging.info(
+            "%d replica(s) x %d micro-batch groups: %d GSNR samples per step.",
+            strategy.num_replicas_in_sync,
+            groups,
+            strategy.num_replicas_in_sync * groups,
+        )
 
     if FLAGS.seed is not None:
         import tf_keras  # pylint: disable=g-import-not-at-top
+
         tf_keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         task = task_factory.get_task(params.task, logging_dir=model_dir)
     trainer_lib.run_experiment(
-        distribution_strategy=strategy, task=task, mode=FLAGS.mode, params=params,
-        model_dir=model_dir, enable_async_checkpointing=FLAGS.enable_async_checkpointing)
+        distribution_strategy=strategy,
+        task=task,
+        mode=FLAGS.mode,
+        params=params,
+        model_dir=model_dir,
+        enable_async_checkpointing=FLAGS.enable_async_checkpointing,
+    )
     train_utils.save_gin_config(FLAGS.mode, model_dir)
     logging.info("Done: %s of %s in %s.", FLAGS.mode, FLAGS.experiment, model_dir)
     if FLAGS.fast_exit:
@@ -194,6 +221,7 @@ def main(argv):
 def _exit_now():
     """Flushes the logs and standard streams, then ends the process with status 0."""
     import logging as std_logging  # pylint: disable=g-import-not-at-top
+
     for handler in std_logging.getLogger().handlers + logging.get_absl_logger().handlers:
         try:
             handler.flush()

@@ -14,17 +14,22 @@ import os as _os
 if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
     # tf.keras is tf_keras here: export the classes that work with tf.keras.Model.compile.
     from vrgd_tf.optimizers import Lamb, Lars
-    from vrgd_tf.tf_keras import (VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
-                                  make_vrgd_optimizer)
+    from vrgd_tf.tf_keras import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
 else:
-    from vrgd_tf.optimizers import (Lamb, Lars, VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
-                                    make_vrgd_optimizer)
     from vrgd_tf.micro_batches import use_micro_batches
+    from vrgd_tf.optimizers import (
+        VRGDSGD,
+        Lamb,
+        Lars,
+        VRGDAdam,
+        VRGDLamb,
+        VRGDLars,
+        make_vrgd_optimizer,
+    )
 
 __version__ = "0.1.0"
 
-__all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
-           "make_vrgd_optimizer"]
+__all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
 from vrgd_tf.aggregator import GSNRAggregator  # noqa: E402
 from vrgd_tf.summaries import unwrap_optimizer, vrgd_statistics  # noqa: E402

@@ -18,9 +18,7 @@ from typing import Callable, Dict, Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import gsnr
-from vrgd_tf import naming
-from vrgd_tf import validation
+from vrgd_tf import gsnr, naming, validation
 
 __all__ = ["GSNRAggregator"]
 
@@ -30,10 +28,13 @@ _LOG = logging.getLogger("vrgd_tf")
 def _replica_local_variable(kind, index, shape, reference):
     """A zero float32 ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` (standalone state)."""
     del reference
-    return tf.Variable(tf.zeros(shape, tf.float32), trainable=False,
-                       synchronization=tf.VariableSynchronization.ON_READ,
-                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                       name=f"vrgd_{kind}_{index}")
+    return tf.Variable(
+        tf.zeros(shape, tf.float32),
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        name=f"vrgd_{kind}_{index}",
+    )
 
 
 class GSNRAggregator(tf.Module):
@@ -95,14 +96,23 @@ class GSNRAggregator(tf.Module):
       ValueError, TypeError: at construction, an argument outside its range (named).
     """
 
-    def __init__(self, gamma=0.1, beta_3=0.0, statistics_interval=1, *, owner=None,
-                 make_variable: Optional[Callable] = None,
-                 var_key: Optional[Callable] = None, name="gsnr_aggregator"):
+    def __init__(
+        self,
+        gamma=0.1,
+        beta_3=0.0,
+        statistics_interval=1,
+        *,
+        owner=None,
+        make_variable: Optional[Callable] = None,
+        var_key: Optional[Callable] = None,
+        name="gsnr_aggregator",
+    ):
         super().__init__(name=name)
         self.gamma = gsnr.validate_gamma(gamma)
         self.beta_3 = gsnr.validate_beta_3(beta_3)
-        self.statistics_interval = validation.check_count("statistics_interval",
-                                                          statistics_interval)
+        self.statistics_interval = validation.check_count(
+            "statistics_interval", statistics_interval
+        )
         self._owner = owner or name
         self._standalone = make_variable is None
         self._make_variable = make_variable or _replica_local_variable
@@ -124,13 +134,19 @@ class GSNRAggregator(tf.Module):
             self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
             if self._standalone:
                 self._steps = tf.Variable(
-                    tf.zeros([], tf.int64), trainable=False, name="vrgd_steps",
+                    tf.zeros([], tf.int64),
+                    trainable=False,
+                    name="vrgd_steps",
                     synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                )
         self.state.add_variables(variables)
         if self._standalone:  # tracked by this module for checkpoints
-            self._tracked = list(self.state.statistics) + list(self.state.deficits) + list(
-                self.state.corrections)
+            self._tracked = (
+                list(self.state.statistics)
+                + list(self.state.deficits)
+                + list(self.state.corrections)
+            )
 
     @property
     def built(self) -> bool:
@@ -138,8 +154,16 @@ class GSNRAggregator(tf.Module):
 
     # --- the step ----------------------------------------------------------------------------
 
-    def __call__(self, grads: Sequence, variables: Sequence, *, sq_sums=None,
-                 num_groups: int = 1, step=None, replica_context=None):
+    def __call__(
+        self,
+        grads: Sequence,
+        variables: Sequence,
+        *,
+        sq_sums=None,
+        num_groups: int = 1,
+        step=None,
+        replica_context=None,
+    ):
         """The variance-reduced summed gradients (call in the replica context).
 
         Args:
@@ -168,30 +192,45 @@ class GSNRAggregator(tf.Module):
         """
         ctx = replica_context or tf.distribute.get_replica_context()
         if ctx is None:
-            raise RuntimeError(f"{self._owner}: the GSNR step must run in a replica context "
-                               "(inside `strategy.run` or `model.fit`).")
+            raise RuntimeError(
+                f"{self._owner}: the GSNR step must run in a replica context "
+                "(inside `strategy.run` or `model.fit`)."
+            )
         pairs = list(zip(grads, variables))
         present = [i for i, (g, _) in enumerate(pairs) if g is not None]
         if self.state is None or any(pairs[i][1] not in self.state for i in present):
             if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
                 raise RuntimeError(
                     f"{self._owner}: build the GSNR state in the strategy scope before the "
-                    "first step: `aggregator.build(model.trainable_variables)`.")
+                    "first step: `aggregator.build(model.trainable_variables)`."
+                )
             with tf.init_scope():
                 self.build([pairs[i][1] for i in present])
         self._num_samples = ctx.num_replicas_in_sync * num_groups
         if step is None and self._steps is not None:
             step = self._steps
         reduced = gsnr.variance_reduce(
-            [pairs[i][0] for i in present], [pairs[i][1] for i in present],
-            gamma=self.gamma, beta_3=self.beta_3, state=self.state, replica_context=ctx,
-            warn_single_replica=self._warn_single_replica, warn_inert=self._warn_inert,
+            [pairs[i][0] for i in present],
+            [pairs[i][1] for i in present],
+            gamma=self.gamma,
+            beta_3=self.beta_3,
+            state=self.state,
+            replica_context=ctx,
+            warn_single_replica=self._warn_single_replica,
+            warn_inert=self._warn_inert,
             record_statistics=self._record_statistics(step),
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
-            num_groups=num_groups)
+            num_groups=num_groups,
+        )
         if self._steps is not None:
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(
-                g.values if isinstance(g, tf.IndexedSlices) else g)) for g in reduced])
+            finite = tf.reduce_all(
+                [
+                    tf.reduce_all(
+                        tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g)
+                    )
+                    for g in reduced
+                ]
+            )
             self._steps.assign_add(tf.cast(finite, tf.int64))
         out = [None] * len(pairs)
         for i, g in zip(present, reduced):
@@ -208,8 +247,9 @@ class GSNRAggregator(tf.Module):
 
         def aggregate(grads_and_vars):
             pairs = list(grads_and_vars)
-            return list(zip(self([g for g, _ in pairs], [v for _, v in pairs]),
-                            [v for _, v in pairs]))
+            return list(
+                zip(self([g for g, _ in pairs], [v for _, v in pairs]), [v for _, v in pairs])
+            )
 
         return aggregate
 
@@ -229,21 +269,27 @@ class GSNRAggregator(tf.Module):
 
     def _warn_single_replica(self) -> None:
         self._warn_once(
-            "single", "%s: only one GSNR sample per step (one replica in sync, no "
+            "single",
+            "%s: only one GSNR sample per step (one replica in sync, no "
             "micro-batch groups), so there is no gradient noise estimate; VRGD steps exactly "
             "as its base optimizer. Train with k >= 2 replicas or micro-batch groups (the "
-            "paper uses at least 8) to get variance reduction.", self._owner)
+            "paper uses at least 8) to get variance reduction.",
+            self._owner,
+        )
 
     def _log_inert(self) -> None:
         self._warn_once(
-            "inert", "%s: in a step with %s GSNR samples (replicas x micro-batch groups) no "
+            "inert",
+            "%s: in a step with %s GSNR samples (replicas x micro-batch groups) no "
             "variable had a defined GSNR: every replica sent the same (or an all-zero) "
             "gradient, so VRGD stepped exactly as its base optimizer. This happens when "
             "every replica gets the same batch, e.g. Keras `model.train_on_batch` under a "
             "tf.distribute strategy, or a custom loop that hands the same tensor to every "
             "replica. Feed each replica its own shard: `model.fit` on a dataset, or "
             "`strategy.experimental_distribute_dataset` in a custom loop.",
-            self._owner, self._num_samples)
+            self._owner,
+            self._num_samples,
+        )
 
     def _warn_inert(self, inert: tf.Tensor) -> None:
         """Emits :meth:`_log_inert` from the step when ``inert`` (scalar bool) is True.
@@ -289,16 +335,19 @@ class GSNRAggregator(tf.Module):
         out = {}
         for name, var in zip(names, self.state.statistics):
             out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
-        if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0
-                       for v in out.values()):
+        if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0 for v in out.values()):
             self._log_inert()
         return out
 
     def get_config(self) -> dict:
         """``gamma``, ``beta_3``, ``statistics_interval`` and ``name``: the constructor's
         serializable arguments (:meth:`from_config` inverts it)."""
-        return {"gamma": self.gamma, "beta_3": self.beta_3,
-                "statistics_interval": self.statistics_interval, "name": self.name}
+        return {
+            "gamma": self.gamma,
+            "beta_3": self.beta_3,
+            "statistics_interval": self.statistics_interval,
+            "name": self.name,
+        }
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":

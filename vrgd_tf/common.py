@@ -14,12 +14,11 @@ from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf import gsnr
-from vrgd_tf import naming
-from vrgd_tf import validation
+from vrgd_tf import gsnr, naming, validation
 from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
+
 
 def check_base_arguments(base_cls, args, kwargs, positive=()) -> None:
     """Checks the base optimizer's constructor arguments by name, before anything is built.
@@ -38,8 +37,10 @@ def check_base_arguments(base_cls, args, kwargs, positive=()) -> None:
     values = dict(bound.arguments)
     values.update(values.pop("kwargs", {}) or {})
     if values.get("gradient_aggregator") is not None:
-        raise ValueError("`gradient_aggregator` cannot be combined with VRGD: VRGD replaces "
-                         "the cross-replica aggregation with its GSNR step.")
+        raise ValueError(
+            "`gradient_aggregator` cannot be combined with VRGD: VRGD replaces "
+            "the cross-replica aggregation with its GSNR step."
+        )
     validation.check_optimizer_arguments(values, positive=positive)
 
 
@@ -92,7 +93,8 @@ def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
     def decorate(cls):
         base_class = cls.__bases__[-1]
         head = cls.__dict__.get("__doc__") or (
-            f"VRGD version of `{base_class.__module__}.{base_class.__name__}`.\n")
+            f"VRGD version of `{base_class.__module__}.{base_class.__name__}`.\n"
+        )
         cls._vrgd_base_class = base_class
         cls._vrgd_default_beta_3 = default_beta_3
         cls.__signature__ = vrgd_signature(base_class, default_beta_3, cls.__name__)
@@ -131,15 +133,17 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
     to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3`` and
     ``statistics_interval=1``."""
-    params = [p.replace(default=class_name) if p.name == "name" else p
-              for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]]
+    params = [
+        p.replace(default=class_name) if p.name == "name" else p
+        for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
+    ]
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    extra = [inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
-             inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY,
-                               default=default_beta_3),
-             inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY,
-                               default=1)]
+    extra = [
+        inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
+        inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY, default=default_beta_3),
+        inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY, default=1),
+    ]
     return inspect.Signature(params + extra + var_kw)
 
 
@@ -170,14 +174,17 @@ class VRGDCommon:
         base = self._vrgd_base_class
         beta_3 = self._vrgd_default_beta_3 if beta_3 is None else beta_3
         # Checks gamma, beta_3 and statistics_interval before anything else is built.
-        aggregator = GSNRAggregator(gamma, beta_3, statistics_interval,
-                                    owner=type(self).__name__,
-                                    make_variable=self._vrgd_make_variable,
-                                    var_key=self._vrgd_var_key)
+        aggregator = GSNRAggregator(
+            gamma,
+            beta_3,
+            statistics_interval,
+            owner=type(self).__name__,
+            make_variable=self._vrgd_make_variable,
+            var_key=self._vrgd_var_key,
+        )
         check_base_arguments(base, args, kwargs, positive=self._vrgd_positive_args)
         params = list(inspect.signature(base.__init__).parameters)
-        if "name" not in kwargs and ("name" not in params
-                                     or len(args) < params.index("name") - 1):
+        if "name" not in kwargs and ("name" not in params or len(args) < params.index("name") - 1):
             kwargs["name"] = type(self).__name__
         super().__init__(*args, **kwargs)
         # Not a checkpoint dependency of the optimizer: its variables are the optimizer's
@@ -214,8 +221,13 @@ class VRGDCommon:
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
             if arg in params and arg not in config:
                 config[arg] = getattr(self, arg, None)
-        config.update({"gamma": self.gamma, "beta_3": self.beta_3,
-                       "statistics_interval": self.statistics_interval})
+        config.update(
+            {
+                "gamma": self.gamma,
+                "beta_3": self.beta_3,
+                "statistics_interval": self.statistics_interval,
+            }
+        )
         return config
 
     def _vrgd_add_variables(self, variables) -> None:
@@ -243,9 +255,14 @@ class VRGDCommon:
                 continue  # the layer-adaptation list falls back to the weight-decay list
             seen = patterns
             for pattern in naming.unmatched_patterns(patterns, names):
-                _LOG.warning("%s: `%s` pattern %r matches none of the %d trainable "
-                             "variables (e.g. %s).", type(self).__name__, arg, pattern,
-                             len(names), ", ".join(repr(n) for n in names[:3]))
+                _LOG.warning(
+                    "%s: `%s` pattern %r matches none of the %d trainable variables (e.g. %s).",
+                    type(self).__name__,
+                    arg,
+                    pattern,
+                    len(names),
+                    ", ".join(repr(n) for n in names[:3]),
+                )
 
     def _vrgd_reduce(self, grads_and_vars, replica_context) -> List[Tuple]:
         """``(grad, var)`` pairs -> pairs of variance-reduced gradients; None stays None.
@@ -259,12 +276,18 @@ class VRGDCommon:
         if groups is not None:
             by_key, num_groups = groups
             sq_sums = [None if g is None else by_key[self._vrgd_var_key(v)] for g, v in pairs]
-        reduced = self._vrgd([g for g, _ in pairs], [v for _, v in pairs], sq_sums=sq_sums,
-                             num_groups=num_groups, step=self.iterations,
-                             replica_context=replica_context)
+        reduced = self._vrgd(
+            [g for g, _ in pairs],
+            [v for _, v in pairs],
+            sq_sums=sq_sums,
+            num_groups=num_groups,
+            step=self.iterations,
+            replica_context=replica_context,
+        )
         if self._vrgd_densify_sparse:
-            reduced = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                       for g in reduced]
+            reduced = [
+                tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in reduced
+            ]
         return list(zip(reduced, [v for _, v in pairs]))
 
     def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):
@@ -295,8 +318,10 @@ class VRGDCommon:
         """
         pairs = list(grads_and_vars)
         if len(sq_sums) != len(pairs):
-            raise ValueError(f"`sq_sums` must hold one entry per (gradient, variable) pair: "
-                             f"got {len(sq_sums)} for {len(pairs)}.")
+            raise ValueError(
+                f"`sq_sums` must hold one entry per (gradient, variable) pair: "
+                f"got {len(sq_sums)} for {len(pairs)}."
+            )
         validation.check_count("num_groups", num_groups)
         if num_groups < 1:
             raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups}.")
@@ -304,10 +329,13 @@ class VRGDCommon:
         if factor is not None:
             # Keras 3's apply divides the gradients by loss_scale_factor: the squares go by
             # its square, so that the GSNR sees the squares of what it sums.
-            sq_sums = [None if q is None else q / tf.cast(factor * factor, q.dtype)
-                       for q in sq_sums]
+            sq_sums = [
+                None if q is None else q / tf.cast(factor * factor, q.dtype) for q in sq_sums
+            ]
         self._vrgd_groups.value = (
-            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)}, num_groups)
+            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)},
+            num_groups,
+        )
         try:
             return self.apply_gradients(pairs)
         finally:

@@ -44,7 +44,8 @@ def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
         current = tf.config.get_logical_device_configuration(cpus[0]) or []
         if len(current) < num_devices:
             tf.config.set_logical_device_configuration(
-                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices
+            )
     except RuntimeError:
         pass  # Already initialised: keep what is there.
     logical = tf.config.list_logical_devices("CPU")
@@ -52,5 +53,6 @@ def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
         raise ValueError(
             f"{argument}={num_devices} needs {num_devices} logical CPU devices, but "
             f"TensorFlow was already initialised with {len(logical)}. Split the CPU before "
-            "anything else touches TensorFlow (in a fresh process), or use fewer.")
+            "anything else touches TensorFlow (in a fresh process), or use fewer."
+        )
     return [d.name for d in logical[:num_devices]]

@@ -105,8 +105,9 @@ def validate_gamma(gamma):
       ValueError: ``gamma`` is outside (0, 1].
     """
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
-        raise TypeError(f"`gamma` must be a float in (0, 1]; got {gamma!r} of type "
-                        f"{type(gamma).__name__}.")
+        raise TypeError(
+            f"`gamma` must be a float in (0, 1]; got {gamma!r} of type {type(gamma).__name__}."
+        )
     gamma = float(gamma)
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"`gamma` must be in (0, 1]; got {gamma}.")
@@ -127,8 +128,9 @@ def validate_beta_3(beta_3):
       ValueError: ``beta_3`` is outside [0, 1).
     """
     if isinstance(beta_3, bool) or not isinstance(beta_3, numbers.Real):
-        raise TypeError(f"`beta_3` must be a float in [0, 1); got {beta_3!r} of type "
-                        f"{type(beta_3).__name__}.")
+        raise TypeError(
+            f"`beta_3` must be a float in [0, 1); got {beta_3!r} of type {type(beta_3).__name__}."
+        )
     beta_3 = float(beta_3)
     if not 0.0 <= beta_3 < 1.0:
         raise ValueError(f"`beta_3` must be in [0, 1); got {beta_3}.")
@@ -184,8 +186,10 @@ def dense_gradient(grad) -> tf.Tensor:
 def _sizes(tensors) -> List[int]:
     sizes = [t.shape.num_elements() for t in tensors]
     if any(n is None for n in sizes):
-        raise ValueError("VRGD needs gradients with static shapes (as XLA and TPUs do); got "
-                         f"shapes {[t.shape for t in tensors]}.")
+        raise ValueError(
+            "VRGD needs gradients with static shapes (as XLA and TPUs do); got "
+            f"shapes {[t.shape for t in tensors]}."
+        )
     return sizes
 
 
@@ -202,12 +206,15 @@ def _sum_per_variable(x: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
 
 def _per_element(values: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
     """``[N]``: ``values[i]`` repeated ``sizes[i]`` times, by static broadcasts."""
-    return tf.concat([tf.broadcast_to(v, [size])
-                      for v, size in zip(tf.unstack(values, num=len(sizes)), sizes)], 0)
+    return tf.concat(
+        [tf.broadcast_to(v, [size]) for v, size in zip(tf.unstack(values, num=len(sizes)), sizes)],
+        0,
+    )
 
 
-def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int,
-                      gamma: float) -> Tuple[tf.Tensor, tf.Tensor]:
+def gsnr_factors_flat(
+    s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int, gamma: float
+) -> Tuple[tf.Tensor, tf.Tensor]:
     """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
 
     The element-wise math runs once over all elements; the per-variable means are sums over
@@ -232,8 +239,9 @@ def gsnr_factors_flat(s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_re
     return factor, make_statistics(factor)
 
 
-def _factors(s1, s2, sizes, num_replicas,
-             gamma) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+def _factors(
+    s1, s2, sizes, num_replicas, gamma
+) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
 
     Returns ``(factor, num_defined, make_statistics)``: ``num_defined`` is float32 ``[n]``,
@@ -263,21 +271,28 @@ def _factors(s1, s2, sizes, num_replicas,
 
     def make_statistics(applied):
         size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
-        at_gamma = (tf.cast(use & (normalised <= gamma), tf.float32) if gamma < 1.0
-                    else tf.zeros_like(factor))
+        at_gamma = (
+            tf.cast(use & (normalised <= gamma), tf.float32)
+            if gamma < 1.0
+            else tf.zeros_like(factor)
+        )
         at_one = tf.cast(factor >= 1.0, tf.float32)
-        return tf.stack([
-            mean_ratio,
-            _sum_per_variable(at_gamma, sizes) / size_f,
-            _sum_per_variable(at_one, sizes) / size_f,
-            _sum_per_variable(applied, sizes) / size_f,
-        ], axis=1)
+        return tf.stack(
+            [
+                mean_ratio,
+                _sum_per_variable(at_gamma, sizes) / size_f,
+                _sum_per_variable(at_one, sizes) / size_f,
+                _sum_per_variable(applied, sizes) / size_f,
+            ],
+            axis=1,
+        )
 
     return factor, num_defined, make_statistics
 
 
-def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
-                gamma: float) -> Tuple[tf.Tensor, GSNRStatistics]:
+def gsnr_factor(
+    s1: tf.Tensor, s2: tf.Tensor, num_replicas: int, gamma: float
+) -> Tuple[tf.Tensor, GSNRStatistics]:
     """The VRGD factor of one variable from its cross-replica sums (eqs. 7 to 9).
 
     :func:`gsnr_factors_flat` for a single variable.
@@ -293,8 +308,9 @@ def gsnr_factor(s1: tf.Tensor, s2: tf.Tensor, num_replicas: int,
       ``[gamma, 1]`` and exactly 1 wherever the GSNR is undefined; ``stats`` is a
       :class:`GSNRStatistics`.
     """
-    factor, stats = gsnr_factors_flat(tf.reshape(s1, [-1]), tf.reshape(s2, [-1]),
-                                      _sizes([s1]), num_replicas, gamma)
+    factor, stats = gsnr_factors_flat(
+        tf.reshape(s1, [-1]), tf.reshape(s2, [-1]), _sizes([s1]), num_replicas, gamma
+    )
     return tf.reshape(factor, tf.shape(s1)), GSNRStatistics(*tf.unstack(stats[0]))
 
 
@@ -303,8 +319,9 @@ def _next_correction(correction, beta_3):
     return beta_3 * correction + (1.0 - beta_3)
 
 
-def smooth_factor(factor: tf.Tensor, deficit: tf.Tensor, correction: tf.Tensor,
-                  beta_3: float, gamma: float) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def smooth_factor(
+    factor: tf.Tensor, deficit: tf.Tensor, correction: tf.Tensor, beta_3: float, gamma: float
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """One step of the factor momentum; returns ``(p_hat, new_deficit, new_correction)``.
 
     Implements ``p_t = beta_3 p_{t-1} + (1 - beta_3) f_t``, ``p_hat = p_t / (1 - beta_3**t)``
@@ -416,8 +433,10 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
     else:
         squares = tf.concat([tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums], 0)
         if squares.shape.num_elements() != total:
-            raise ValueError(f"`sq_sums` must have the gradients' shapes ({total} elements "
-                             f"in all); got {squares.shape.num_elements()}.")
+            raise ValueError(
+                f"`sq_sums` must have the gradients' shapes ({total} elements "
+                f"in all); got {squares.shape.num_elements()}."
+            )
     packed = tf.concat([flat, squares], 0)
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
     if sparse:
@@ -428,13 +447,20 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
     return sums[:total], sums[total:], sizes, dense, sparse_sums
 
 
-def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_3: float,
-                    state: Optional[VRGDState],
-                    replica_context: Optional[tf.distribute.ReplicaContext] = None,
-                    warn_single_replica: Optional[Callable[[], None]] = None,
-                    warn_inert: Optional[Callable[[tf.Tensor], None]] = None,
-                    record_statistics=True, sq_sums: Optional[Sequence] = None,
-                    num_groups: int = 1) -> List:
+def variance_reduce(
+    grads: Sequence,
+    variables: Sequence,
+    *,
+    gamma: float,
+    beta_3: float,
+    state: Optional[VRGDState],
+    replica_context: Optional[tf.distribute.ReplicaContext] = None,
+    warn_single_replica: Optional[Callable[[], None]] = None,
+    warn_inert: Optional[Callable[[tf.Tensor], None]] = None,
+    record_statistics=True,
+    sq_sums: Optional[Sequence] = None,
+    num_groups: int = 1,
+) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
@@ -491,18 +517,24 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
-        raise RuntimeError("vrgd_tf.gsnr.variance_reduce must be called in a replica context "
-                           "(inside `strategy.run` or `model.fit`), not in a cross-replica "
-                           "context.")
+        raise RuntimeError(
+            "vrgd_tf.gsnr.variance_reduce must be called in a replica context "
+            "(inside `strategy.run` or `model.fit`), not in a cross-replica "
+            "context."
+        )
     grads = list(grads)
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups > 1 and sq_sums is None:
-        raise ValueError(f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
-                         "gradients) is required when `num_groups` > 1.")
+        raise ValueError(
+            f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
+            "gradients) is required when `num_groups` > 1."
+        )
     if sq_sums is not None and len(sq_sums) != len(grads):
-        raise ValueError(f"`sq_sums` must hold one tensor per gradient: got "
-                         f"{len(sq_sums)} for {len(grads)} gradients.")
+        raise ValueError(
+            f"`sq_sums` must hold one tensor per gradient: got "
+            f"{len(sq_sums)} for {len(grads)} gradients."
+        )
     k = ctx.num_replicas_in_sync * num_groups
     if k == 1:
         if warn_single_replica is not None:
@@ -510,8 +542,9 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if grads else []
     if not grads:
         return []
-    s1, s2, sizes, dense, sparse_sums = sum_with_squares(grads, sq_sums=sq_sums,
-                                                         replica_context=ctx)
+    s1, s2, sizes, dense, sparse_sums = sum_with_squares(
+        grads, sq_sums=sq_sums, replica_context=ctx
+    )
     sparse_sums = iter(sparse_sums)
     factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
 
@@ -525,7 +558,8 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
         old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
         factor, new_deficit, _ = smooth_factor(
-            factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma)
+            factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma
+        )
         new_correction = _next_correction(old_correction, beta_3)  # per variable
         new_deficit = tf.where(all_finite, new_deficit, old_deficit)
         new_correction = tf.where(all_finite, new_correction, old_correction)
@@ -542,8 +576,7 @@ def variance_reduce(grads: Sequence, variables: Sequence, *, gamma: float, beta_
     if record_statistics is True:
         tf.cond(all_finite, record, lambda: tf.constant(False))
     elif record_statistics is not False:
-        tf.cond(tf.logical_and(all_finite, record_statistics), record,
-                lambda: tf.constant(False))
+        tf.cond(tf.logical_and(all_finite, record_statistics), record, lambda: tf.constant(False))
 
     out = []
     for g, d, f, part in zip(grads, dense, tf.split(factor, sizes), tf.split(s1, sizes)):

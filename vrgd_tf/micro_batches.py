@@ -35,8 +35,7 @@ _ATTR = "_vrgd_micro_batch_groups"
 # then the whole batch's loss (equal group sizes).
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
 # The Keras 3 internals the train step mirrors (keras/src/backend/tensorflow/trainer.py).
-_KERAS_INTERNALS = ("_compute_loss", "_loss_tracker", "_call_has_training_arg",
-                    "compute_metrics")
+_KERAS_INTERNALS = ("_compute_loss", "_loss_tracker", "_call_has_training_arg", "compute_metrics")
 
 
 def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
@@ -137,19 +136,21 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
         size that is not a multiple of ``m``.
     """
     if not isinstance(model, keras.Model):
-        raise TypeError(f"use_micro_batches: `model` must be a Keras 3 keras.Model; got "
-                        f"{type(model).__module__}.{type(model).__name__}. (For a tf_keras "
-                        "model, call optimizer.apply_grouped_gradients in its train_step.)")
+        raise TypeError(
+            f"use_micro_batches: `model` must be a Keras 3 keras.Model; got "
+            f"{type(model).__module__}.{type(model).__name__}. (For a tf_keras "
+            "model, call optimizer.apply_grouped_gradients in its train_step.)"
+        )
     if keras.backend.backend() != "tensorflow":
-        raise ValueError(f"use_micro_batches needs the TensorFlow backend of Keras; this "
-                         f"Keras runs on {keras.backend.backend()!r} "
-                         "(set KERAS_BACKEND=tensorflow).")
+        raise ValueError(
+            f"use_micro_batches needs the TensorFlow backend of Keras; this "
+            f"Keras runs on {keras.backend.backend()!r} "
+            "(set KERAS_BACKEND=tensorflow)."
+        )
     if isinstance(num_groups, bool) or not isinstance(num_groups, int):
-        raise TypeError(f"use_micro_batches: `num_groups` must be an int >= 1; got "
-                        f"{num_groups!r}.")
+        raise TypeError(f"use_micro_batches: `num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups < 1:
-        raise ValueError(f"use_micro_batches: `num_groups` must be an int >= 1; got "
-                         f"{num_groups}.")
+        raise ValueError(f"use_micro_batches: `num_groups` must be an int >= 1; got {num_groups}.")
     step = type(model).train_step
     if step is not TensorFlowTrainer.train_step:
         raise TypeError(
@@ -158,20 +159,25 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
             "replaces Keras' own train_step and would silently discard yours. Split the "
             "batch in your train_step instead and call "
             "`self.optimizer.apply_grouped_gradients(grads_and_vars, sq_sums, "
-            "num_groups=m)` with the groups' summed gradients and squares.")
+            "num_groups=m)` with the groups' summed gradients and squares."
+        )
     missing = [a for a in _KERAS_INTERNALS if not hasattr(model, a)]
     if missing:  # pragma: no cover - Keras upgrade guard
-        raise TypeError(f"use_micro_batches mirrors Keras 3.15's train_step, but this "
-                        f"model ({keras.__version__}) has no {', '.join(missing)}. Install "
-                        "the Keras range pinned by vrgd_tf.")
+        raise TypeError(
+            f"use_micro_batches mirrors Keras 3.15's train_step, but this "
+            f"model ({keras.__version__}) has no {', '.join(missing)}. Install "
+            "the Keras range pinned by vrgd_tf."
+        )
     if getattr(model, "optimizer", None) is not None:
         _check_optimizer(model.optimizer, num_groups)
 
     def train_step(data):
         return _grouped_train_step(model, num_groups, data)
 
-    train_step.__doc__ = (f"Keras' train_step with {num_groups} micro-batch group(s) per "
-                          "replica (vrgd_tf.micro_batches.use_micro_batches).")
+    train_step.__doc__ = (
+        f"Keras' train_step with {num_groups} micro-batch group(s) per "
+        "replica (vrgd_tf.micro_batches.use_micro_batches)."
+    )
     # Plain attributes: not tracked (no variables, nothing to save).
     object.__setattr__(model, "train_step", train_step)
     object.__setattr__(model, _ATTR, num_groups)
@@ -211,17 +217,23 @@ def split_batch(data, num_groups: int, *, what: str = "per-replica batch") -> Li
         return [data] * num_groups
     for t in leaves:
         if not isinstance(t, (tf.Tensor, tf.RaggedTensor, tf.Variable)):
-            raise TypeError(f"Micro-batch groups: cannot split a {type(t).__name__} of the "
-                            f"{what} along its batch dimension; only tf.Tensor and "
-                            "tf.RaggedTensor inputs are supported.")
-    fix = (f"Make it a multiple of num_groups={num_groups}: a global batch that is a "
-           f"multiple of (replicas x {num_groups}), and `drop_remainder=True` in "
-           "`Dataset.batch` (or a number of examples that is a multiple of `batch_size` "
-           "in `fit(x, y, batch_size=...)`) so that the last batch is not partial.")
+            raise TypeError(
+                f"Micro-batch groups: cannot split a {type(t).__name__} of the "
+                f"{what} along its batch dimension; only tf.Tensor and "
+                "tf.RaggedTensor inputs are supported."
+            )
+    fix = (
+        f"Make it a multiple of num_groups={num_groups}: a global batch that is a "
+        f"multiple of (replicas x {num_groups}), and `drop_remainder=True` in "
+        "`Dataset.batch` (or a number of examples that is a multiple of `batch_size` "
+        "in `fit(x, y, batch_size=...)`) so that the last batch is not partial."
+    )
     static = {_static_rows(t) for t in leaves} - {None}
     if len(static) > 1:
-        raise ValueError(f"Micro-batch groups: the tensors of the {what} have different "
-                         f"batch sizes {sorted(static)}; they must share dimension 0.")
+        raise ValueError(
+            f"Micro-batch groups: the tensors of the {what} have different "
+            f"batch sizes {sorted(static)}; they must share dimension 0."
+        )
     checks = []
     if static:
         size = static.pop()
@@ -229,17 +241,26 @@ def split_batch(data, num_groups: int, *, what: str = "per-replica batch") -> Li
             raise ValueError(
                 f"Micro-batch groups: the {what} of {size} examples does not split into "
                 f"num_groups={num_groups} equal micro-batches ({size} % {num_groups} = "
-                f"{size % num_groups}). {fix}")
+                f"{size % num_groups}). {fix}"
+            )
     else:
         rows = _dynamic_rows(leaves[0])
-        checks.append(tf.debugging.Assert(
-            tf.equal(tf.math.floormod(rows, num_groups), 0),
-            [f"Micro-batch groups: the {what} size (the number after this message) is "
-             f"not a multiple of num_groups={num_groups}. {fix} Size:", rows]))
+        checks.append(
+            tf.debugging.Assert(
+                tf.equal(tf.math.floormod(rows, num_groups), 0),
+                [
+                    f"Micro-batch groups: the {what} size (the number after this message) is "
+                    f"not a multiple of num_groups={num_groups}. {fix} Size:",
+                    rows,
+                ],
+            )
+        )
     with tf.control_dependencies(checks):
         parts = [None if t is None else _split(t, num_groups) for t in flat]
-    return [keras.tree.pack_sequence_as(data, [None if p is None else p[j] for p in parts])
-            for j in range(num_groups)]
+    return [
+        keras.tree.pack_sequence_as(data, [None if p is None else p[j] for p in parts])
+        for j in range(num_groups)
+    ]
 
 
 def _static_rows(t) -> Optional[int]:
@@ -257,11 +278,13 @@ def _dynamic_rows(t):
 def _split(t, num_groups):
     if isinstance(t, tf.RaggedTensor):
         size = _dynamic_rows(t) // num_groups
-        return [t[j * size:(j + 1) * size] for j in range(num_groups)]
+        return [t[j * size : (j + 1) * size] for j in range(num_groups)]
     t = tf.convert_to_tensor(t)
     if t.shape.rank == 0:
-        raise ValueError("Micro-batch groups: cannot split a scalar input along a batch "
-                         "dimension; every input, target and sample weight needs one.")
+        raise ValueError(
+            "Micro-batch groups: cannot split a scalar input along a batch "
+            "dimension; every input, target and sample weight needs one."
+        )
     # A no-op identity keeps the control dependencies (the divisibility check) on the parts.
     return tf.split(tf.identity(t), num_groups, axis=0)
 
@@ -281,8 +304,10 @@ def _check_optimizer(optimizer, num_groups) -> None:
             kind += f" around {type(inner).__module__}.{type(inner).__name__}"
         hint = ""
         if isinstance(inner, common.VRGDCommon):
-            hint = (" (a tf_keras-family VRGD optimizer: use the Keras 3 class of the same "
-                    "name, vrgd_tf.VRGDSGD etc., with a Keras 3 model)")
+            hint = (
+                " (a tf_keras-family VRGD optimizer: use the Keras 3 class of the same "
+                "name, vrgd_tf.VRGDSGD etc., with a Keras 3 model)"
+            )
         raise TypeError(
             f"use_micro_batches(model, num_groups={num_groups}): the model's optimizer "
             f"(`optimizer` of model.compile) must be a Keras 3 VRGD optimizer: "
@@ -290,14 +315,16 @@ def _check_optimizer(optimizer, num_groups) -> None:
             f"vrgd_tf.make_vrgd_optimizer, possibly inside "
             f"keras.optimizers.LossScaleOptimizer; got {kind}{hint}. The groups are GSNR "
             "samples for VRGD: compile with a VRGD optimizer, e.g. "
-            "vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW)(...).")
+            "vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW)(...)."
+        )
     if inner.gradient_accumulation_steps:
         raise ValueError(
             f"use_micro_batches(model, num_groups={num_groups}): the optimizer's "
             f"`gradient_accumulation_steps={inner.gradient_accumulation_steps}` cannot be "
             "combined with micro-batch groups: Keras would apply the accumulated gradient "
             "with the squares of the last step only. Leave it unset; the groups already "
-            "accumulate within a step (raise the batch and num_groups instead).")
+            "accumulate within a step (raise the batch and num_groups instead)."
+        )
 
 
 def _check_loss_reductions(model, num_groups) -> None:
@@ -313,7 +340,8 @@ def _check_loss_reductions(model, num_groups) -> None:
                 f"{name!r} has reduction={reduction!r}, so the whole batch's loss is the "
                 f"sum, not the mean, of the {num_groups} groups' losses and the groups' "
                 "gradients would be scaled by 1/num_groups. Compile with a loss that "
-                "averages over the batch (reduction='sum_over_batch_size', Keras' default).")
+                "averages over the batch (reduction='sum_over_batch_size', Keras' default)."
+            )
 
 
 def _grouped_train_step(model, num_groups, data):
@@ -343,8 +371,9 @@ def _grouped_train_step(model, num_groups, data):
                     y_pred = model(xj, training=True)
                 else:
                     y_pred = model(xj)
-                loss = model._compute_loss(x=xj, y=yj, y_pred=y_pred, sample_weight=swj,
-                                           training=True)
+                loss = model._compute_loss(
+                    x=xj, y=yj, y_pred=y_pred, sample_weight=swj, training=True
+                )
                 if j == 0 and m > 1:
                     _check_loss_reductions(model, m)
                 losses.append(loss)
@@ -368,7 +397,8 @@ def _grouped_train_step(model, num_groups, data):
     loss = losses[0] if m == 1 else tf.add_n(losses) / tf.cast(m, losses[0].dtype)
     model._loss_tracker.update_state(
         _loss_module.unscale_loss_for_distribution(loss),
-        sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0])
+        sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0],
+    )
     if trainable:
         summed = [sum_group_gradients(parts) for parts in grad_parts]
         if m == 1:
@@ -400,9 +430,11 @@ def sum_group_gradients(parts: Sequence):
     if len(parts) == 1:
         return parts[0]
     if all(isinstance(g, tf.IndexedSlices) for g in parts):
-        return tf.IndexedSlices(tf.concat([g.values for g in parts], 0),
-                                tf.concat([g.indices for g in parts], 0),
-                                parts[0].dense_shape)
+        return tf.IndexedSlices(
+            tf.concat([g.values for g in parts], 0),
+            tf.concat([g.indices for g in parts], 0),
+            parts[0].dense_shape,
+        )
     return tf.add_n([tf.convert_to_tensor(g) for g in parts])
 
 
@@ -422,8 +454,7 @@ def _concat_structures(structures: Sequence):
 
 def _divide(g, scale):
     if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values / tf.cast(scale, g.values.dtype), g.indices,
-                                g.dense_shape)
+        return tf.IndexedSlices(g.values / tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
     return g / tf.cast(scale, g.dtype)
 
 
@@ -458,8 +489,9 @@ def _apply_grouped_loss_scaled(lso, pairs, sq_sums, num_groups):
             else:
                 unscaled.append(_divide(g, scale))
                 squares.append(q / tf.cast(scale * scale, q.dtype))
-        inner.apply_grouped_gradients(list(zip(unscaled, variables)), squares,
-                                      num_groups=num_groups)
+        inner.apply_grouped_gradients(
+            list(zip(unscaled, variables)), squares, num_groups=num_groups
+        )
 
         def upscale():
             lso.step_counter.assign(0)
@@ -468,20 +500,23 @@ def _apply_grouped_loss_scaled(lso, pairs, sq_sums, num_groups):
         def increment():
             lso.step_counter.assign_add(1)
 
-        keras.ops.cond(keras.ops.equal(lso.step_counter, lso.dynamic_growth_steps - 1),
-                       upscale, increment)
+        keras.ops.cond(
+            keras.ops.equal(lso.step_counter, lso.dynamic_growth_steps - 1), upscale, increment
+        )
 
     if tf.distribute.in_cross_replica_context():  # pragma: no cover - fit is per replica
         raise ValueError("Grouped gradients must be applied in a replica context.")
     if tf.__internal__.distribute.strategy_supports_no_merge_call():
         finite = lso.check_finite(grads)
-        keras.ops.cond(finite, lambda: apply_finite(grads, sq_sums),
-                       lso._stateful_handle_non_finite_grads)
+        keras.ops.cond(
+            finite, lambda: apply_finite(grads, sq_sums), lso._stateful_handle_non_finite_grads
+        )
         return
 
     def cross_replica(distribution, grads, sq_sums):
         finite_per_replica = distribution.extended.call_for_each_replica(
-            lso.check_finite, args=(grads,))
+            lso.check_finite, args=(grads,)
+        )
         finite = distribution.experimental_local_results(finite_per_replica)[0]
 
         def apply_fn():

@@ -48,8 +48,7 @@ def display_names(names):
         return []
     common = 0
     shortest = min(len(p) for p in parts)
-    while (common < shortest - 1
-           and all(p[common] == parts[0][common] for p in parts)):
+    while common < shortest - 1 and all(p[common] == parts[0][common] for p in parts):
         common += 1
     out, seen = [], {}
     for p in parts:

@@ -22,8 +22,15 @@ import tensorflow as tf
 
 from vrgd_tf.gsnr import STATISTICS_FIELDS
 
-__all__ = ["write_gsnr_summaries", "GSNRTensorBoard", "summary_logs", "HEADLINE_PREFIXES",
-           "unwrap_optimizer", "vrgd_statistics", "tf_keras_callback"]
+__all__ = [
+    "write_gsnr_summaries",
+    "GSNRTensorBoard",
+    "summary_logs",
+    "HEADLINE_PREFIXES",
+    "unwrap_optimizer",
+    "vrgd_statistics",
+    "tf_keras_callback",
+]
 # Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
 # ``__all__`` for that reason).
 
@@ -90,7 +97,8 @@ def vrgd_statistics(optimizer):
     if not hasattr(inner, "vrgd_statistics"):
         raise TypeError(
             "vrgd_statistics: no VRGD optimizer inside "
-            f"{type(optimizer).__module__}.{type(optimizer).__qualname__}.")
+            f"{type(optimizer).__module__}.{type(optimizer).__qualname__}."
+        )
     return inner.vrgd_statistics()
 
 
@@ -121,8 +129,7 @@ def summary_logs(optimizer, headline_only=False):
             for field in _FIELDS:
                 logs[f"vrgd/{name}/{field}"] = values[field]
     if stats:
-        logs["vrgd/median/mean_gsnr"] = float(np.median([v["mean_gsnr"]
-                                                         for v in stats.values()]))
+        logs["vrgd/median/mean_gsnr"] = float(np.median([v["mean_gsnr"] for v in stats.values()]))
         for field in _FIELDS[1:]:
             logs[f"vrgd/mean/{field}"] = float(np.mean([v[field] for v in stats.values()]))
     return logs
@@ -150,10 +157,12 @@ def write_gsnr_summaries(optimizer, step, writer=None):
         for key, value in logs.items():
             tf.summary.scalar(key, value, step=step)
         for field in _FIELDS:
-            values = [v for k, v in logs.items()
-                      if k.endswith("/" + field) and not k.startswith(HEADLINE_PREFIXES)]
-            tf.summary.histogram(f"vrgd/hist/{field}", np.asarray(values, np.float32),
-                                 step=step)
+            values = [
+                v
+                for k, v in logs.items()
+                if k.endswith("/" + field) and not k.startswith(HEADLINE_PREFIXES)
+            ]
+            tf.summary.histogram(f"vrgd/hist/{field}", np.asarray(values, np.float32), step=step)
     return logs
 
 
@@ -189,7 +198,9 @@ class _GSNRTensorBoardMixin:
                 "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
                 "written diagnostics are from an earlier step (or zeros). Use an "
                 "update_freq that is a multiple of the optimizer's statistics_interval.",
-                self.update_freq, interval)
+                self.update_freq,
+                interval,
+            )
 
     def on_train_batch_end(self, batch, logs=None):
         self._step += 1
@@ -206,14 +217,22 @@ class _GSNRTensorBoardMixin:
 
 
 def _callback_class(name, callback_base, family):
-    return type(name, (_GSNRTensorBoardMixin, callback_base), {
-        "__module__": __name__, "__qualname__": name,
-        "__doc__": _GSNRTensorBoardMixin.__doc__.replace(
-            "to TensorBoard", f"to TensorBoard ({family} callback)", 1)})
+    return type(
+        name,
+        (_GSNRTensorBoardMixin, callback_base),
+        {
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": _GSNRTensorBoardMixin.__doc__.replace(
+                "to TensorBoard", f"to TensorBoard ({family} callback)", 1
+            ),
+        },
+    )
 
 
 def _keras3_callback():
     import keras
+
     return _callback_class("GSNRTensorBoard", keras.callbacks.Callback, "Keras 3")
 
 
@@ -226,8 +245,10 @@ def _tf_keras_class():
     global _TF_KERAS_CLASS
     if _TF_KERAS_CLASS is None:
         import tf_keras
-        _TF_KERAS_CLASS = _callback_class("TfKerasGSNRTensorBoard",
-                                          tf_keras.callbacks.Callback, "tf_keras")
+
+        _TF_KERAS_CLASS = _callback_class(
+            "TfKerasGSNRTensorBoard", tf_keras.callbacks.Callback, "tf_keras"
+        )
     return _TF_KERAS_CLASS
 
 
@@ -244,5 +265,4 @@ def tf_keras_callback(log_dir, update_freq=100, log_to_history=False):
     (a ``tf_keras.callbacks.Callback``). With ``TF_USE_LEGACY_KERAS=1``,
     ``vrgd_tf.GSNRTensorBoard`` is that class.
     """
-    return _tf_keras_class()(log_dir, update_freq=update_freq,
-                             log_to_history=log_to_history)
+    return _tf_keras_class()(log_dir, update_freq=update_freq, log_to_history=log_to_history)

@@ -15,13 +15,29 @@ import tensorflow as tf
 
 from vrgd_tf.naming import variable_name
 
-__all__ = ["check_count", "check_exclusion_list", "check_non_negative", "check_in_range", "check_positive",
-           "check_optimizer_arguments", "check_variable_dtypes", "is_plain_number",
-           "KERAS_FIX", "SMALLEST_GRADIENT", "rule_name"]
+__all__ = [
+    "check_count",
+    "check_exclusion_list",
+    "check_non_negative",
+    "check_in_range",
+    "check_positive",
+    "check_optimizer_arguments",
+    "check_variable_dtypes",
+    "is_plain_number",
+    "KERAS_FIX",
+    "SMALLEST_GRADIENT",
+    "rule_name",
+]
 
 # Optimizer constructor arguments checked by name, whatever the optimizer.
-_NON_NEGATIVE = ("learning_rate", "epsilon", "weight_decay", "weight_decay_rate", "eeta",
-                 "momentum")
+_NON_NEGATIVE = (
+    "learning_rate",
+    "epsilon",
+    "weight_decay",
+    "weight_decay_rate",
+    "eeta",
+    "momentum",
+)
 _UNIT_INTERVAL = ("beta_1", "beta_2")
 _EXCLUSIONS = ("exclude_from_weight_decay", "exclude_from_layer_adaptation")
 
@@ -76,8 +92,7 @@ def check_count(name: str, value) -> int:
     return int(value)
 
 
-def check_in_range(name: str, value, low: float, high: float, *, low_open=False,
-                   high_open=False):
+def check_in_range(name: str, value, low: float, high: float, *, low_open=False, high_open=False):
     """Raises ``ValueError`` if the plain number ``value`` is outside the given interval.
 
     Args:
@@ -122,16 +137,20 @@ def check_exclusion_list(name: str, patterns) -> Optional[List[str]]:
     if patterns is None:
         return None
     if isinstance(patterns, (str, bytes)):
-        raise TypeError(f"`{name}` must be None or a list of regex strings, not a bare "
-                        f"string; got {patterns!r}. Did you mean [{patterns!r}]?")
+        raise TypeError(
+            f"`{name}` must be None or a list of regex strings, not a bare "
+            f"string; got {patterns!r}. Did you mean [{patterns!r}]?"
+        )
     if not isinstance(patterns, (list, tuple)):
-        raise TypeError(f"`{name}` must be None or a list of regex strings; got "
-                        f"{type(patterns).__name__}.")
+        raise TypeError(
+            f"`{name}` must be None or a list of regex strings; got {type(patterns).__name__}."
+        )
     out = []
     for p in patterns:
         if not isinstance(p, str):
-            raise TypeError(f"`{name}` must hold only regex strings; got {p!r} of type "
-                            f"{type(p).__name__}.")
+            raise TypeError(
+                f"`{name}` must hold only regex strings; got {p!r} of type {type(p).__name__}."
+            )
         try:
             re.compile(p)
         except re.error as e:
@@ -202,7 +221,7 @@ SMALLEST_GRADIENT = 1e-6
 _DECAY_RATES = {
     "beta_1": "the bias correction 1 - beta_1**t is 0 and the step is Inf or NaN",
     "beta_2": "the bias correction 1 - beta_2**t is 0: Adam's step lr * sqrt(1 - beta_2**t) "
-              "/ (1 - beta_1**t) is 0, LAMB's v / (1 - beta_2**t) is 0/0 = NaN",
+    "/ (1 - beta_1**t) is 0, LAMB's v / (1 - beta_2**t) is 0/0 = NaN",
     "momentum": "the momentum never decays",
     "rho": "the moving average never decays",
 }
@@ -216,7 +235,8 @@ KERAS_FIX = (
     "Keep the variables float32: the 'mixed_bfloat16' and 'mixed_float16' dtype policies "
     "(keras.mixed_precision.set_dtype_policy) compute the layers in low precision but keep "
     "float32 variables. Or use an optimizer that computes its update in float32 whatever "
-    "the variable dtype: vrgd_tf.VRGDLamb or vrgd_tf.VRGDLars.")
+    "the variable dtype: vrgd_tf.VRGDLamb or vrgd_tf.VRGDLars."
+)
 
 
 def _hyperparameter(optimizer, name):
@@ -263,31 +283,34 @@ def _low_precision_problems(optimizer, dtype_name, np_dtype, finfo) -> List[str]
     for name, consequence in _DECAY_RATES.items():
         value = _hyperparameter(optimizer, name)
         if value is not None and 0.0 <= value < 1.0 and float(np_dtype(value)) >= 1.0:
-            problems.append(f"{name}={value:.6g} rounds to 1.0 in {dtype_name}, so "
-                            f"{consequence}")
+            problems.append(f"{name}={value:.6g} rounds to 1.0 in {dtype_name}, so {consequence}")
     for name, consequence in _POSITIVE.items():
         value = _hyperparameter(optimizer, name)
         if value is not None and value > 0.0 and float(np_dtype(value)) == 0.0:
-            problems.append(f"{name}={value:.6g} rounds to 0 in {dtype_name}, so "
-                            f"{consequence}")
+            problems.append(f"{name}={value:.6g} rounds to 0 in {dtype_name}, so {consequence}")
     beta_2 = _hyperparameter(optimizer, "beta_2")
-    if (beta_2 is not None and 0.0 <= beta_2 < 1.0
-            and _hyperparameter(optimizer, "epsilon") is not None):
+    if (
+        beta_2 is not None
+        and 0.0 <= beta_2 < 1.0
+        and _hyperparameter(optimizer, "epsilon") is not None
+    ):
         one_minus = 1.0 - float(np_dtype(beta_2))
         tiny = float(finfo.tiny)
-        if 0.0 < one_minus and one_minus * SMALLEST_GRADIENT ** 2 < tiny:
+        if 0.0 < one_minus and one_minus * SMALLEST_GRADIENT**2 < tiny:
             floor = math.sqrt(tiny / one_minus)
             problems.append(
                 f"its second moment v accumulates (1 - beta_2) * g**2 in {dtype_name}, "
                 f"whose smallest normal number is {tiny:.3g}: with beta_2={beta_2:.6g}, v loses "
                 f"precision for |g| < {floor:.2g} and is 0 for "
                 f"|g| < {math.sqrt(float(finfo.smallest_subnormal) / one_minus):.2g}, so the "
-                "step becomes lr * m / epsilon, orders of magnitude too large")
+                "step becomes lr * m / epsilon, orders of magnitude too large"
+            )
     return problems
 
 
-def check_variable_dtypes(optimizer, variables, *, base_rule,
-                          float32_only: Optional[str] = None, fix: str = KERAS_FIX) -> None:
+def check_variable_dtypes(
+    optimizer, variables, *, base_rule, float32_only: Optional[str] = None, fix: str = KERAS_FIX
+) -> None:
     """Raises at build time if the optimizer's update rule cannot train a variable's dtype.
 
     Float variables narrower than float32 (bfloat16, float16) are checked; float32 and
@@ -327,14 +350,15 @@ def check_variable_dtypes(optimizer, variables, *, base_rule,
                 checked[dtype.name] = f"its update rule ({rule_name(base_rule)}) {float32_only}"
             else:
                 np_dtype = dtype.as_numpy_dtype
-                problems = _low_precision_problems(optimizer, dtype.name, np_dtype,
-                                                   ml_dtypes.finfo(np_dtype))
+                problems = _low_precision_problems(
+                    optimizer, dtype.name, np_dtype, ml_dtypes.finfo(np_dtype)
+                )
                 checked[dtype.name] = problems and (
                     f"its update rule ({rule_name(base_rule)}) computes in the variable's "
-                    "dtype, and "
-                    + "; and ".join(problems))
+                    "dtype, and " + "; and ".join(problems)
+                )
         if checked[dtype.name]:
             raise ValueError(
                 f"{type(optimizer).__name__} cannot train variable "
-                f"'{variable_name(variable)}' of dtype {dtype.name}: {checked[dtype.name]}. "
-                + fix)
+                f"'{variable_name(variable)}' of dtype {dtype.name}: {checked[dtype.name]}. " + fix
+            )

@@ -30,19 +30,17 @@ DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 
 #: file name -> sha256 of the gzipped file (the upstream release, as Debian ships it).
 FILES: Dict[str, str] = {
-    "train-images-idx3-ubyte.gz":
-        "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
-    "train-labels-idx1-ubyte.gz":
-        "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
-    "t10k-images-idx3-ubyte.gz":
-        "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
-    "t10k-labels-idx1-ubyte.gz":
-        "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+    "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+    "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+    "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+    "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
 }
 
-_HOW_TO_GET = ("Install Debian's package (`apt-get install dataset-fashion-mnist`, which puts "
-               f"the files in {DEFAULT_DIR}), or pass the directory of a copy of the four "
-               "files (" + ", ".join(sorted(FILES)) + ").")
+_HOW_TO_GET = (
+    "Install Debian's package (`apt-get install dataset-fashion-mnist`, which puts "
+    f"the files in {DEFAULT_DIR}), or pass the directory of a copy of the four "
+    "files (" + ", ".join(sorted(FILES)) + ")."
+)
 
 
 class FashionMNIST(NamedTuple):
@@ -81,8 +79,10 @@ def read_idx(path: str) -> np.ndarray:
     shape = struct.unpack(">" + "I" * ndim, raw[4:header])
     expected = int(np.prod(shape)) if ndim else 1
     if len(raw) - header != expected:
-        raise ValueError(f"{path}: the header says {expected} bytes of data for shape "
-                         f"{shape}, the file has {len(raw) - header}.")
+        raise ValueError(
+            f"{path}: the header says {expected} bytes of data for shape "
+            f"{shape}, the file has {len(raw) - header}."
+        )
     return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
 
 
@@ -94,8 +94,14 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def load(data_dir: str = DEFAULT_DIR, *, val_size: int = 5000, split_seed: int = 0,
-         check_sha256: bool = True, files: Dict[str, str] = None) -> FashionMNIST:
+def load(
+    data_dir: str = DEFAULT_DIR,
+    *,
+    val_size: int = 5000,
+    split_seed: int = 0,
+    check_sha256: bool = True,
+    files: Dict[str, str] = None,
+) -> FashionMNIST:
     """Loads, checks and splits Fashion-MNIST.
 
     Args:
@@ -118,22 +124,26 @@ def load(data_dir: str = DEFAULT_DIR, *, val_size: int = 5000, split_seed: int =
     paths = {name: os.path.join(data_dir, name) for name in files}
     missing = [p for p in paths.values() if not os.path.isfile(p)]
     if missing:
-        raise FileNotFoundError(f"Fashion-MNIST files not found: {', '.join(missing)}. "
-                                + _HOW_TO_GET)
+        raise FileNotFoundError(
+            f"Fashion-MNIST files not found: {', '.join(missing)}. " + _HOW_TO_GET
+        )
     if check_sha256:
         for name, path in paths.items():
             got = _sha256(path)
             if got != files[name]:
-                raise ValueError(f"{path}: sha256 {got} is not the published {files[name]}; "
-                                 "the copy is damaged or another data set. " + _HOW_TO_GET)
+                raise ValueError(
+                    f"{path}: sha256 {got} is not the published {files[name]}; "
+                    "the copy is damaged or another data set. " + _HOW_TO_GET
+                )
     x_all = read_idx(paths["train-images-idx3-ubyte.gz"])
     y_all = read_idx(paths["train-labels-idx1-ubyte.gz"]).astype(np.int32)
     x_test = read_idx(paths["t10k-images-idx3-ubyte.gz"])
     y_test = read_idx(paths["t10k-labels-idx1-ubyte.gz"]).astype(np.int32)
     for x, y, part in ((x_all, y_all, "train"), (x_test, y_test, "t10k")):
         if x.ndim != 3 or x.shape[0] != y.shape[0]:
-            raise ValueError(f"{part}: {x.shape[0]} images of shape {x.shape[1:]} but "
-                             f"{y.shape[0]} labels.")
+            raise ValueError(
+                f"{part}: {x.shape[0]} images of shape {x.shape[1:]} but {y.shape[0]} labels."
+            )
     n = x_all.shape[0]
     if not 10 <= val_size <= n - 10:
         raise ValueError(f"`val_size` must be in [10, {n - 10}]; got {val_size}.")
@@ -143,13 +153,16 @@ def load(data_dir: str = DEFAULT_DIR, *, val_size: int = 5000, split_seed: int =
     def images(x):
         return (x.astype(np.float32) / 255.0)[..., None]
 
-    return FashionMNIST(images(x_all[train]), y_all[train], images(x_all[val]), y_all[val],
-                        images(x_test), y_test)
+    return FashionMNIST(
+        images(x_all[train]), y_all[train], images(x_all[val]), y_all[val], images(x_test), y_test
+    )
 
 
 def _stratified_indices(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     """``size`` sorted indices with each class in proportion to ``labels`` (seeded)."""
     from sklearn.model_selection import train_test_split  # pylint: disable=import-outside-toplevel
-    _, chosen = train_test_split(np.arange(labels.shape[0]), test_size=size,
-                                 stratify=labels, random_state=seed)
+
+    _, chosen = train_test_split(
+        np.arange(labels.shape[0]), test_size=size, stratify=labels, random_state=seed
+    )
     return np.sort(chosen)

@@ -74,16 +74,13 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from absl import app
-from absl import flags
-from absl import logging
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
+from absl import app, flags, logging
 
 import vrgd_tf
-from vrgd_tf import devices
-from vrgd_tf import naming
+from vrgd_tf import devices, naming
 
 __all__ = [
     "OPTIMIZERS",
@@ -185,48 +182,72 @@ class DemoConfig:
         Raises:
           ValueError: naming the field (as its command-line flag) and what is allowed.
         """
+
         def need(ok, message):
             if not ok:
                 raise ValueError(message)
 
-        need(isinstance(self.replicas, int) and self.replicas >= 1,
-             f"--replicas must be an integer >= 1, got {self.replicas!r}.")
-        need(isinstance(self.global_batch, int) and self.global_batch >= 1,
-             f"--global_batch must be an integer >= 1, got {self.global_batch!r}.")
-        need(self.global_batch % self.replicas == 0,
-             f"--global_batch={self.global_batch} must be divisible by --replicas="
-             f"{self.replicas}, so that every replica gets an equal shard of each batch "
-             f"(e.g. --global_batch={self.replicas * max(1, self.global_batch // self.replicas)}"
-             ").")
-        need(isinstance(self.epochs, int) and self.epochs >= 1,
-             f"--epochs must be an integer >= 1, got {self.epochs!r}.")
-        need(isinstance(self.warmup_epochs, int) and 0 <= self.warmup_epochs < self.epochs,
-             f"--warmup_epochs must be an integer in [0, --epochs), got "
-             f"{self.warmup_epochs!r} with --epochs={self.epochs}.")
-        need(isinstance(self.test_size, int) and NUM_CLASSES <= self.test_size <= 1797 - 100,
-             f"--test_size must be an integer in [{NUM_CLASSES}, 1697], got "
-             f"{self.test_size!r}.")
+        need(
+            isinstance(self.replicas, int) and self.replicas >= 1,
+            f"--replicas must be an integer >= 1, got {self.replicas!r}.",
+        )
+        need(
+            isinstance(self.global_batch, int) and self.global_batch >= 1,
+            f"--global_batch must be an integer >= 1, got {self.global_batch!r}.",
+        )
+        need(
+            self.global_batch % self.replicas == 0,
+            f"--global_batch={self.global_batch} must be divisible by --replicas="
+            f"{self.replicas}, so that every replica gets an equal shard of each batch "
+            f"(e.g. --global_batch={self.replicas * max(1, self.global_batch // self.replicas)}"
+            ").",
+        )
+        need(
+            isinstance(self.epochs, int) and self.epochs >= 1,
+            f"--epochs must be an integer >= 1, got {self.epochs!r}.",
+        )
+        need(
+            isinstance(self.warmup_epochs, int) and 0 <= self.warmup_epochs < self.epochs,
+            f"--warmup_epochs must be an integer in [0, --epochs), got "
+            f"{self.warmup_epochs!r} with --epochs={self.epochs}.",
+        )
+        need(
+            isinstance(self.test_size, int) and NUM_CLASSES <= self.test_size <= 1797 - 100,
+            f"--test_size must be an integer in [{NUM_CLASSES}, 1697], got {self.test_size!r}.",
+        )
         need(len(self.optimizers) >= 1, "--optimizers must name at least one optimizer.")
         unknown = [o for o in self.optimizers if o not in OPTIMIZERS]
-        need(not unknown, f"--optimizers: unknown name(s) {unknown}; choose from "
-                          f"{sorted(OPTIMIZERS)}.")
-        need(len(set(self.optimizers)) == len(self.optimizers),
-             f"--optimizers lists a name twice: {list(self.optimizers)}.")
+        need(
+            not unknown,
+            f"--optimizers: unknown name(s) {unknown}; choose from {sorted(OPTIMIZERS)}.",
+        )
+        need(
+            len(set(self.optimizers)) == len(self.optimizers),
+            f"--optimizers lists a name twice: {list(self.optimizers)}.",
+        )
         need(0.0 < self.gamma <= 1.0, f"--gamma must be in (0, 1], got {self.gamma!r}.")
         for name in ("lamb_learning_rate", "lars_learning_rate"):
             value = getattr(self, name)
-            need(math.isfinite(value) and value > 0,
-                 f"--{name} must be a finite number > 0, got {value!r}.")
+            need(
+                math.isfinite(value) and value > 0,
+                f"--{name} must be a finite number > 0, got {value!r}.",
+            )
         for name in ("lamb_weight_decay", "lars_weight_decay", "lars_momentum", "lars_eeta"):
             value = getattr(self, name)
-            need(math.isfinite(value) and value >= 0,
-                 f"--{name} must be a finite number >= 0, got {value!r}.")
-        need(len(self.hidden_units) >= 1 and all(
-            isinstance(u, int) and u >= 1 for u in self.hidden_units),
-             f"--hidden_units must be a non-empty list of integers >= 1, got "
-             f"{list(self.hidden_units)!r}.")
-        need(self.keras_verbose in (0, 1, 2),
-             f"--keras_verbose must be 0, 1 or 2, got {self.keras_verbose!r}.")
+            need(
+                math.isfinite(value) and value >= 0,
+                f"--{name} must be a finite number >= 0, got {value!r}.",
+            )
+        need(
+            len(self.hidden_units) >= 1
+            and all(isinstance(u, int) and u >= 1 for u in self.hidden_units),
+            f"--hidden_units must be a non-empty list of integers >= 1, got "
+            f"{list(self.hidden_units)!r}.",
+        )
+        need(
+            self.keras_verbose in (0, 1, 2),
+            f"--keras_verbose must be 0, 1 or 2, got {self.keras_verbose!r}.",
+        )
         need(bool(self.output_dir), "--output_dir must not be empty.")
         return self
 
@@ -318,13 +339,17 @@ def configure_logical_cpus(num_replicas: int) -> List[str]:
 
 def load_data(test_size: int = 500, split_seed: int = 0) -> DigitsData:
     """scikit-learn's 1,797 digits, stratified and seeded split, pixels scaled to [0, 1]."""
-    from sklearn import datasets  # pylint: disable=g-import-not-at-top
-    from sklearn import model_selection  # pylint: disable=g-import-not-at-top
+    from sklearn import (
+        datasets,  # pylint: disable=g-import-not-at-top
+        model_selection,  # pylint: disable=g-import-not-at-top
+    )
+
     digits = datasets.load_digits()
     x = np.asarray(digits.data, np.float32) / 16.0
     y = np.asarray(digits.target, np.int32)
     x_train, x_test, y_train, y_test = model_selection.train_test_split(
-        x, y, test_size=test_size, stratify=y, random_state=split_seed)
+        x, y, test_size=test_size, stratify=y, random_state=split_seed
+    )
     return DigitsData(x_train, y_train, x_test, y_test)
 
 
@@ -340,28 +365,33 @@ def build_model(hidden_units: Sequence[int] = (256, 256)) -> keras.Model:
 def make_schedule(peak: float, total_steps: int, warmup_steps: int):
     """Linear warm-up from 0 to ``peak`` over ``warmup_steps``, then cosine decay to 0."""
     return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0, decay_steps=max(1, total_steps - warmup_steps), alpha=0.0,
-        warmup_target=peak, warmup_steps=warmup_steps)
+        initial_learning_rate=0.0,
+        decay_steps=max(1, total_steps - warmup_steps),
+        alpha=0.0,
+        warmup_target=peak,
+        warmup_steps=warmup_steps,
+    )
 
 
 def make_optimizer(name: str, schedule, config: DemoConfig) -> keras.optimizers.Optimizer:
     """The optimizer called ``name``; VR versions get the base's arguments plus ``gamma``."""
     cls, family = OPTIMIZERS[name]
     if family == "lamb":
-        kwargs = dict(weight_decay_rate=config.lamb_weight_decay,
-                      exclude_from_weight_decay=EXCLUDE)
+        kwargs = dict(weight_decay_rate=config.lamb_weight_decay, exclude_from_weight_decay=EXCLUDE)
     else:
-        kwargs = dict(momentum=config.lars_momentum, eeta=config.lars_eeta,
-                      weight_decay_rate=config.lars_weight_decay,
-                      exclude_from_weight_decay=EXCLUDE)
+        kwargs = dict(
+            momentum=config.lars_momentum,
+            eeta=config.lars_eeta,
+            weight_decay_rate=config.lars_weight_decay,
+            exclude_from_weight_decay=EXCLUDE,
+        )
     if name.startswith("vrgd_"):
         kwargs["gamma"] = config.gamma
     return cls(learning_rate=schedule, **kwargs)
 
 
 def _peak_learning_rate(name: str, config: DemoConfig) -> float:
-    return (config.lamb_learning_rate if OPTIMIZERS[name][1] == "lamb"
-            else config.lars_learning_rate)
+    return config.lamb_learning_rate if OPTIMIZERS[name][1] == "lamb" else config.lars_learning_rate
 
 
 def _logits(model: keras.Model, x: np.ndarray) -> np.ndarray:
@@ -369,8 +399,7 @@ def _logits(model: keras.Model, x: np.ndarray) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)))
 
 
-def evaluate_accuracy(model: keras.Model, x: np.ndarray, y: np.ndarray
-                      ) -> Tuple[float, float]:
+def evaluate_accuracy(model: keras.Model, x: np.ndarray, y: np.ndarray) -> Tuple[float, float]:
     """``(accuracy, mean cross-entropy)`` of ``model`` on all of ``x``, ``y``."""
     logits = _logits(model, x).astype(np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
@@ -461,10 +490,12 @@ def _train_dataset(data: DigitsData, global_batch: int, seed: int) -> tf.data.Da
     images, so every replica gets a shard of ``global_batch / replicas``.
     """
     n = len(data.y_train)
-    return (tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
-            .shuffle(n, seed=seed, reshuffle_each_iteration=True)
-            .repeat()
-            .batch(global_batch, drop_remainder=True))
+    return (
+        tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+        .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+    )
 
 
 def steps_per_epoch(config: DemoConfig, num_train: int) -> int:
@@ -472,8 +503,9 @@ def steps_per_epoch(config: DemoConfig, num_train: int) -> int:
     return max(1, math.ceil(num_train / config.global_batch))
 
 
-def train_one(name: str, config: DemoConfig, data: DigitsData,
-              strategy: tf.distribute.Strategy) -> RunResult:
+def train_one(
+    name: str, config: DemoConfig, data: DigitsData, strategy: tf.distribute.Strategy
+) -> RunResult:
     """Trains one fresh model with optimizer ``name`` and evaluates it."""
     start = time.perf_counter()
     steps = steps_per_epoch(config, len(data.y_train))
@@ -484,33 +516,54 @@ def train_one(name: str, config: DemoConfig, data: DigitsData,
         model = build_model(config.hidden_units)
         schedule = make_schedule(_peak_learning_rate(name, config), total_steps, warmup_steps)
         optimizer = make_optimizer(name, schedule, config)
-        model.compile(optimizer=optimizer,
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                      jit_compile=config.jit_compile)
+        model.compile(
+            optimizer=optimizer,
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            jit_compile=config.jit_compile,
+        )
     initial_sha = _weights_sha256(model)
-    curves: Dict[str, List[float]] = {k: [] for k in ("test_accuracy", "test_loss", "loss",
-                                                      "accuracy")}
+    curves: Dict[str, List[float]] = {
+        k: [] for k in ("test_accuracy", "test_loss", "loss", "accuracy")
+    }
     if name.startswith("vrgd_"):
         curves["frac_at_gamma"] = []
-    logging.info("Training %s: %d epochs x %d steps of %d (%d per replica), peak lr %g.",
-                 name, config.epochs, steps, config.global_batch,
-                 config.global_batch // config.replicas, _peak_learning_rate(name, config))
+    logging.info(
+        "Training %s: %d epochs x %d steps of %d (%d per replica), peak lr %g.",
+        name,
+        config.epochs,
+        steps,
+        config.global_batch,
+        config.global_batch // config.replicas,
+        _peak_learning_rate(name, config),
+    )
     timer = _StepTimer()
-    model.fit(_train_dataset(data, config.global_batch, config.seed), epochs=config.epochs,
-              steps_per_epoch=steps, verbose=config.keras_verbose, shuffle=False,
-              callbacks=[timer, _TestSetMonitor(data.x_test, data.y_test, curves)])
+    model.fit(
+        _train_dataset(data, config.global_batch, config.seed),
+        epochs=config.epochs,
+        steps_per_epoch=steps,
+        verbose=config.keras_verbose,
+        shuffle=False,
+        callbacks=[timer, _TestSetMonitor(data.x_test, data.y_test, curves)],
+    )
     train_accuracy, _ = evaluate_accuracy(model, data.x_train, data.y_train)
     test_accuracy, _ = evaluate_accuracy(model, data.x_test, data.y_test)
     stats = optimizer.vrgd_statistics() if hasattr(optimizer, "vrgd_statistics") else None
-    return RunResult(name=name, model=model, optimizer=optimizer,
-                     train_accuracy=train_accuracy, test_accuracy=test_accuracy,
-                     gap=train_accuracy - test_accuracy,
-                     wall_time=time.perf_counter() - start,
-                     ms_per_step=1000.0 * float(np.median(
-                         timer.epoch_seconds[1:] or timer.epoch_seconds)) / steps,
-                     curves=curves,
-                     initial_weights_sha256=initial_sha, vrgd_statistics=stats)
+    return RunResult(
+        name=name,
+        model=model,
+        optimizer=optimizer,
+        train_accuracy=train_accuracy,
+        test_accuracy=test_accuracy,
+        gap=train_accuracy - test_accuracy,
+        wall_time=time.perf_counter() - start,
+        ms_per_step=1000.0
+        * float(np.median(timer.epoch_seconds[1:] or timer.epoch_seconds))
+        / steps,
+        curves=curves,
+        initial_weights_sha256=initial_sha,
+        vrgd_statistics=stats,
+    )
 
 
 def _summarize_statistics(stats, model) -> Optional[Dict[str, Any]]:
@@ -519,10 +572,11 @@ def _summarize_statistics(stats, model) -> Optional[Dict[str, Any]]:
         return None
     sizes = _sizes_by_statistics_name(model)
     total = sum(sizes.get(n, 0) for n in stats) or 1
-    weighted = {key: float(sum(s[key] * sizes.get(n, 0) for n, s in stats.items()) / total)
-                for key in ("frac_at_gamma", "frac_at_one")}
-    weighted["mean_gsnr_over_variables"] = float(np.mean([s["mean_gsnr"]
-                                                          for s in stats.values()]))
+    weighted = {
+        key: float(sum(s[key] * sizes.get(n, 0) for n, s in stats.items()) / total)
+        for key in ("frac_at_gamma", "frac_at_one")
+    }
+    weighted["mean_gsnr_over_variables"] = float(np.mean([s["mean_gsnr"] for s in stats.values()]))
     return {"per_variable": stats, "all_weights": weighted}
 
 
@@ -531,19 +585,27 @@ def _write_json(results: DemoResults) -> None:
     payload = {
         "description": "LAMB/LARS vs VR-LAMB/VR-LARS (arXiv 2309.13681) on sklearn digits",
         "config": dataclasses.asdict(config),
-        "data": {"num_train": int(len(results.data.y_train)),
-                 "num_test": int(len(results.data.y_test)),
-                 "steps_per_epoch": steps_per_epoch(config, len(results.data.y_train)),
-                 "per_replica_batch": config.global_batch // config.replicas},
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                     "vrgd_tf": vrgd_tf.__version__},
+        "data": {
+            "num_train": int(len(results.data.y_train)),
+            "num_test": int(len(results.data.y_test)),
+            "steps_per_epoch": steps_per_epoch(config, len(results.data.y_train)),
+            "per_replica_batch": config.global_batch // config.replicas,
+        },
+        "versions": {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "vrgd_tf": vrgd_tf.__version__,
+        },
         "rows": results.rows,
-        "runs": {r.name: {"peak_learning_rate": _peak_learning_rate(r.name, config),
-                          "initial_weights_sha256": r.initial_weights_sha256,
-                          "curves": r.curves,
-                          "vrgd_statistics": _summarize_statistics(r.vrgd_statistics,
-                                                                   r.model)}
-                 for r in results.runs},
+        "runs": {
+            r.name: {
+                "peak_learning_rate": _peak_learning_rate(r.name, config),
+                "initial_weights_sha256": r.initial_weights_sha256,
+                "curves": r.curves,
+                "vrgd_statistics": _summarize_statistics(r.vrgd_statistics, r.model),
+            }
+            for r in results.runs
+        },
         "total_wall_time_s": results.wall_time,
     }
     with open(results.results_path, "w") as f:
@@ -555,6 +617,7 @@ def _plot(results: DemoResults) -> None:
     # pylint: disable=g-import-not-at-top
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
     # pylint: enable=g-import-not-at-top
     config = results.config
     fig = Figure(figsize=(11, 4.2))
@@ -564,15 +627,19 @@ def _plot(results: DemoResults) -> None:
     colors = {"lamb": "tab:blue", "lars": "tab:red"}
     for r in results.runs:
         epochs = np.arange(1, len(r.curves["test_accuracy"]) + 1)
-        style = dict(color=colors[OPTIMIZERS[r.name][1]],
-                     linestyle="-" if r.name.startswith("vrgd_") else "--", label=r.name)
+        style = dict(
+            color=colors[OPTIMIZERS[r.name][1]],
+            linestyle="-" if r.name.startswith("vrgd_") else "--",
+            label=r.name,
+        )
         ax_acc.plot(epochs, r.curves["test_accuracy"], **style)
         if r.curves["loss"]:
             ax_loss.plot(epochs, r.curves["loss"], **style)
     ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("test accuracy")
-    ax_acc.set_title(f"sklearn digits, global batch {config.global_batch}, "
-                     f"{config.replicas} replicas")
+    ax_acc.set_title(
+        f"sklearn digits, global batch {config.global_batch}, {config.replicas} replicas"
+    )
     ax_acc.grid(alpha=0.3)
     ax_acc.legend()
     ax_loss.set_xlabel("epoch")
@@ -586,19 +653,22 @@ def _plot(results: DemoResults) -> None:
 
 def format_table(rows: Sequence[Dict[str, Any]]) -> str:
     """The results table as text (accuracies in %)."""
-    header = (f"{'optimizer':<12} {'train acc':>10} {'test acc':>10} {'gap':>8} "
-              f"{'wall time':>10} {'ms/step':>8}")
+    header = (
+        f"{'optimizer':<12} {'train acc':>10} {'test acc':>10} {'gap':>8} "
+        f"{'wall time':>10} {'ms/step':>8}"
+    )
     lines = [header, "-" * len(header)]
     for row in rows:
-        lines.append(f"{row['optimizer']:<12} {100 * row['train_accuracy']:>9.2f}% "
-                     f"{100 * row['test_accuracy']:>9.2f}% "
-                     f"{100 * row['generalization_gap']:>7.2f}% "
-                     f"{row['wall_time_s']:>9.1f}s {row['ms_per_step']:>8.1f}")
+        lines.append(
+            f"{row['optimizer']:<12} {100 * row['train_accuracy']:>9.2f}% "
+            f"{100 * row['test_accuracy']:>9.2f}% "
+            f"{100 * row['generalization_gap']:>7.2f}% "
+            f"{row['wall_time_s']:>9.1f}s {row['ms_per_step']:>8.1f}"
+        )
     return "\n".join(lines)
 
 
-def run(config: DemoConfig, strategy: Optional[tf.distribute.Strategy] = None
-        ) -> DemoResults:
+def run(config: DemoConfig, strategy: Optional[tf.distribute.Strategy] = None) -> DemoResults:
     """Trains every optimizer of ``config``, writes ``results.json`` and the PNG.
 
     Args:
@@ -619,17 +689,24 @@ def run(config: DemoConfig, strategy: Optional[tf.distribute.Strategy] = None
     if strategy is None:
         devices = configure_logical_cpus(config.replicas)
         strategy = tf.distribute.MirroredStrategy(
-            devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
     if strategy.num_replicas_in_sync != config.replicas:
-        raise ValueError(f"The strategy has {strategy.num_replicas_in_sync} replicas but "
-                         f"--replicas={config.replicas}.")
+        raise ValueError(
+            f"The strategy has {strategy.num_replicas_in_sync} replicas but "
+            f"--replicas={config.replicas}."
+        )
     data = load_data(config.test_size, config.split_seed)
     os.makedirs(config.output_dir, exist_ok=True)
     runs = [train_one(name, config, data, strategy) for name in config.optimizers]
-    results = DemoResults(config=config, data=data, runs=runs,
-                          results_path=os.path.join(config.output_dir, RESULTS_JSON),
-                          plot_path=os.path.join(config.output_dir, CURVES_PNG),
-                          wall_time=time.perf_counter() - start)
+    results = DemoResults(
+        config=config,
+        data=data,
+        runs=runs,
+        results_path=os.path.join(config.output_dir, RESULTS_JSON),
+        plot_path=os.path.join(config.output_dir, CURVES_PNG),
+        wall_time=time.perf_counter() - start,
+    )
     _write_json(results)
     _plot(results)
     return results
@@ -640,79 +717,126 @@ def run(config: DemoConfig, strategy: Optional[tf.distribute.Strategy] = None
 
 _D = DemoConfig()
 _REPLICAS = flags.DEFINE_integer(
-    "replicas", _D.replicas, "Data-parallel replicas: logical CPU devices of the "
+    "replicas",
+    _D.replicas,
+    "Data-parallel replicas: logical CPU devices of the "
     "MirroredStrategy. VRGD estimates the gradient noise across them, so it needs >= 2 (the "
-    "paper uses >= 8).", lower_bound=1)
+    "paper uses >= 8).",
+    lower_bound=1,
+)
 _GLOBAL_BATCH = flags.DEFINE_integer(
-    "global_batch", _D.global_batch, "Images per optimizer step summed over all replicas; "
+    "global_batch",
+    _D.global_batch,
+    "Images per optimizer step summed over all replicas; "
     "must be divisible by --replicas. The default 1024 is 79% of the 1,297 training images.",
-    lower_bound=1)
+    lower_bound=1,
+)
 _EPOCHS = flags.DEFINE_integer(
-    "epochs", _D.epochs, "Training epochs; one epoch is ceil(num_train / global_batch) full "
-    "batches from the shuffled, repeated training set.", lower_bound=1)
+    "epochs",
+    _D.epochs,
+    "Training epochs; one epoch is ceil(num_train / global_batch) full "
+    "batches from the shuffled, repeated training set.",
+    lower_bound=1,
+)
 _WARMUP_EPOCHS = flags.DEFINE_integer(
-    "warmup_epochs", _D.warmup_epochs, "Epochs of linear learning-rate warm-up from 0; the "
-    "remaining epochs decay it to 0 with a cosine. Must be < --epochs.", lower_bound=0)
+    "warmup_epochs",
+    _D.warmup_epochs,
+    "Epochs of linear learning-rate warm-up from 0; the "
+    "remaining epochs decay it to 0 with a cosine. Must be < --epochs.",
+    lower_bound=0,
+)
 _SEED = flags.DEFINE_integer(
-    "seed", _D.seed, "Seed of the initial weights and of the batch order; every optimizer "
-    "gets the same ones.")
+    "seed",
+    _D.seed,
+    "Seed of the initial weights and of the batch order; every optimizer gets the same ones.",
+)
 _SPLIT_SEED = flags.DEFINE_integer(
-    "split_seed", _D.split_seed, "Seed of the stratified train/test split.")
+    "split_seed", _D.split_seed, "Seed of the stratified train/test split."
+)
 _TEST_SIZE = flags.DEFINE_integer(
-    "test_size", _D.test_size, "Test images held out (stratified) of the 1,797.",
-    lower_bound=NUM_CLASSES)
+    "test_size",
+    _D.test_size,
+    "Test images held out (stratified) of the 1,797.",
+    lower_bound=NUM_CLASSES,
+)
 _OPTIMIZERS = flags.DEFINE_list(
-    "optimizers", list(_D.optimizers), "Comma-separated optimizers to train, in order, from: "
+    "optimizers",
+    list(_D.optimizers),
+    "Comma-separated optimizers to train, in order, from: "
     f"{', '.join(OPTIMIZERS)}. The vrgd_* ones are the VRGD versions of the others, with "
-    "the same hyper-parameters.")
+    "the same hyper-parameters.",
+)
 _GAMMA = flags.DEFINE_float(
-    "gamma", _D.gamma, "VRGD's lower bound of the per-element GSNR factor, in (0, 1] "
-    "(paper default 0.1; 1 turns VRGD off).")
+    "gamma",
+    _D.gamma,
+    "VRGD's lower bound of the per-element GSNR factor, in (0, 1] "
+    "(paper default 0.1; 1 turns VRGD off).",
+)
 _LAMB_LR = flags.DEFINE_float(
-    "lamb_learning_rate", _D.lamb_learning_rate,
-    "Peak learning rate of lamb and vrgd_lamb.")
+    "lamb_learning_rate", _D.lamb_learning_rate, "Peak learning rate of lamb and vrgd_lamb."
+)
 _LARS_LR = flags.DEFINE_float(
-    "lars_learning_rate", _D.lars_learning_rate,
+    "lars_learning_rate",
+    _D.lars_learning_rate,
     "Peak learning rate of lars and vrgd_lars (it multiplies the trust ratio "
-    "eeta * ||w|| / ||g||).")
+    "eeta * ||w|| / ||g||).",
+)
 _LAMB_WD = flags.DEFINE_float(
-    "lamb_weight_decay", _D.lamb_weight_decay,
-    "Decoupled weight decay rate of lamb and vrgd_lamb (biases excluded).")
+    "lamb_weight_decay",
+    _D.lamb_weight_decay,
+    "Decoupled weight decay rate of lamb and vrgd_lamb (biases excluded).",
+)
 _LARS_WD = flags.DEFINE_float(
-    "lars_weight_decay", _D.lars_weight_decay,
-    "L2 weight decay of lars and vrgd_lars (biases excluded).")
+    "lars_weight_decay",
+    _D.lars_weight_decay,
+    "L2 weight decay of lars and vrgd_lars (biases excluded).",
+)
 _LARS_MOMENTUM = flags.DEFINE_float(
-    "lars_momentum", _D.lars_momentum, "Momentum of lars and vrgd_lars.")
+    "lars_momentum", _D.lars_momentum, "Momentum of lars and vrgd_lars."
+)
 _LARS_EETA = flags.DEFINE_float(
-    "lars_eeta", _D.lars_eeta, "Trust coefficient eeta of lars and vrgd_lars.")
+    "lars_eeta", _D.lars_eeta, "Trust coefficient eeta of lars and vrgd_lars."
+)
 _HIDDEN_UNITS = flags.DEFINE_list(
-    "hidden_units", [str(u) for u in _D.hidden_units],
-    "Comma-separated widths of the MLP's hidden ReLU layers.")
+    "hidden_units",
+    [str(u) for u in _D.hidden_units],
+    "Comma-separated widths of the MLP's hidden ReLU layers.",
+)
 _OUTPUT_DIR = flags.DEFINE_string(
-    "output_dir", _D.output_dir, f"Directory for {RESULTS_JSON} and {CURVES_PNG} "
-    "(created if missing).")
+    "output_dir",
+    _D.output_dir,
+    f"Directory for {RESULTS_JSON} and {CURVES_PNG} (created if missing).",
+)
 _KERAS_VERBOSE = flags.DEFINE_enum(
-    "keras_verbose", str(_D.keras_verbose), ["0", "1", "2"],
-    "verbose of model.fit: 0 silent, 1 progress bar, 2 one line per epoch.")
+    "keras_verbose",
+    str(_D.keras_verbose),
+    ["0", "1", "2"],
+    "verbose of model.fit: 0 silent, 1 progress bar, 2 one line per epoch.",
+)
 _JIT_COMPILE = flags.DEFINE_bool(
-    "jit_compile", _D.jit_compile, "Compile the train step with XLA (slower to start on "
-    "CPU).")
+    "jit_compile", _D.jit_compile, "Compile the train step with XLA (slower to start on CPU)."
+)
 
 flags.register_multi_flags_validator(
     ["global_batch", "replicas"],
     lambda f: f["global_batch"] % f["replicas"] == 0,
     message="--global_batch must be divisible by --replicas, so that every replica gets an "
-            "equal shard of each batch.")
+    "equal shard of each batch.",
+)
 flags.register_multi_flags_validator(
-    ["warmup_epochs", "epochs"], lambda f: f["warmup_epochs"] < f["epochs"],
-    message="--warmup_epochs must be smaller than --epochs.")
+    ["warmup_epochs", "epochs"],
+    lambda f: f["warmup_epochs"] < f["epochs"],
+    message="--warmup_epochs must be smaller than --epochs.",
+)
 flags.register_validator(
-    "optimizers", lambda names: bool(names) and all(n in OPTIMIZERS for n in names)
-    and len(set(names)) == len(names),
+    "optimizers",
+    lambda names: (
+        bool(names) and all(n in OPTIMIZERS for n in names) and len(set(names)) == len(names)
+    ),
     message=f"--optimizers must be a non-empty, duplicate-free comma list of: "
-            f"{', '.join(OPTIMIZERS)}.")
-flags.register_validator("gamma", lambda g: 0.0 < g <= 1.0,
-                         message="--gamma must be in (0, 1].")
+    f"{', '.join(OPTIMIZERS)}.",
+)
+flags.register_validator("gamma", lambda g: 0.0 < g <= 1.0, message="--gamma must be in (0, 1].")
 
 
 def config_from_flags() -> DemoConfig:
@@ -726,15 +850,26 @@ def config_from_flags() -> DemoConfig:
     except ValueError as e:
         raise app.UsageError(f"--hidden_units must be integers: {e}") from e
     config = DemoConfig(
-        replicas=_REPLICAS.value, global_batch=_GLOBAL_BATCH.value, epochs=_EPOCHS.value,
-        seed=_SEED.value, split_seed=_SPLIT_SEED.value, test_size=_TEST_SIZE.value,
-        optimizers=tuple(_OPTIMIZERS.value), gamma=_GAMMA.value,
-        lamb_learning_rate=_LAMB_LR.value, lars_learning_rate=_LARS_LR.value,
-        lamb_weight_decay=_LAMB_WD.value, lars_weight_decay=_LARS_WD.value,
-        lars_momentum=_LARS_MOMENTUM.value, lars_eeta=_LARS_EETA.value,
-        warmup_epochs=_WARMUP_EPOCHS.value, hidden_units=hidden,
-        output_dir=_OUTPUT_DIR.value, keras_verbose=int(_KERAS_VERBOSE.value),
-        jit_compile=_JIT_COMPILE.value)
+        replicas=_REPLICAS.value,
+        global_batch=_GLOBAL_BATCH.value,
+        epochs=_EPOCHS.value,
+        seed=_SEED.value,
+        split_seed=_SPLIT_SEED.value,
+        test_size=_TEST_SIZE.value,
+        optimizers=tuple(_OPTIMIZERS.value),
+        gamma=_GAMMA.value,
+        lamb_learning_rate=_LAMB_LR.value,
+        lars_learning_rate=_LARS_LR.value,
+        lamb_weight_decay=_LAMB_WD.value,
+        lars_weight_decay=_LARS_WD.value,
+        lars_momentum=_LARS_MOMENTUM.value,
+        lars_eeta=_LARS_EETA.value,
+        warmup_epochs=_WARMUP_EPOCHS.value,
+        hidden_units=hidden,
+        output_dir=_OUTPUT_DIR.value,
+        keras_verbose=int(_KERAS_VERBOSE.value),
+        jit_compile=_JIT_COMPILE.value,
+    )
     try:
         return config.validate()
     except ValueError as e:
@@ -754,21 +889,27 @@ def main(argv: Sequence[str]) -> None:
     tf.get_logger().setLevel("WARNING")  # TF's per-strategy INFO lines drown the table.
     results = run(config)
     print()
-    print(f"sklearn digits: {len(results.data.y_train)} train / {len(results.data.y_test)} "
-          f"test images, global batch {config.global_batch} over {config.replicas} replicas "
-          f"({config.global_batch // config.replicas} each), {config.epochs} epochs x "
-          f"{steps_per_epoch(config, len(results.data.y_train))} steps, seed {config.seed}, "
-          f"gamma {config.gamma}")
+    print(
+        f"sklearn digits: {len(results.data.y_train)} train / {len(results.data.y_test)} "
+        f"test images, global batch {config.global_batch} over {config.replicas} replicas "
+        f"({config.global_batch // config.replicas} each), {config.epochs} epochs x "
+        f"{steps_per_epoch(config, len(results.data.y_train))} steps, seed {config.seed}, "
+        f"gamma {config.gamma}"
+    )
     print(format_table(results.rows))
     for r in results.runs:
         summary = _summarize_statistics(r.vrgd_statistics, r.model)
         if summary:
             w = summary["all_weights"]
-            print(f"{r.name}: last step, share of weights with factor at gamma "
-                  f"{100 * w['frac_at_gamma']:.1f}%, at 1 {100 * w['frac_at_one']:.1f}%, "
-                  f"mean GSNR (mean over variables) {w['mean_gsnr_over_variables']:.3g}")
-    print(f"total wall time {results.wall_time:.1f}s; wrote {results.results_path} and "
-          f"{results.plot_path}")
+            print(
+                f"{r.name}: last step, share of weights with factor at gamma "
+                f"{100 * w['frac_at_gamma']:.1f}%, at 1 {100 * w['frac_at_one']:.1f}%, "
+                f"mean GSNR (mean over variables) {w['mean_gsnr_over_variables']:.3g}"
+            )
+    print(
+        f"total wall time {results.wall_time:.1f}s; wrote {results.results_path} and "
+        f"{results.plot_path}"
+    )
 
 
 if __name__ == "__main__":

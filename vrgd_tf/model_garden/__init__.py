@@ -15,13 +15,17 @@ The training entry point is ``tpu_scripts/train.py``; the ready-to-launch YAML f
 ``official_configs/``; see ``docs/model_garden.md``.
 """
 
-from vrgd_tf.model_garden import registry
-from vrgd_tf.model_garden import configs
-from vrgd_tf.model_garden import experiments
-from vrgd_tf.model_garden.configs import (VRGDAdamConfig, VRGDExperimentConfig, VRGDLambConfig,
-                                          VRGDLarsConfig, VRGDOptimizationConfig,
-                                          VRGDOptimizerConfig, VRGDSGDConfig,
-                                          VRGDTrainerConfig)
+from vrgd_tf.model_garden import configs, experiments, registry
+from vrgd_tf.model_garden.configs import (
+    VRGDAdamConfig,
+    VRGDExperimentConfig,
+    VRGDLambConfig,
+    VRGDLarsConfig,
+    VRGDOptimizationConfig,
+    VRGDOptimizerConfig,
+    VRGDSGDConfig,
+    VRGDTrainerConfig,
+)
 from vrgd_tf.model_garden.registry import OPTIMIZER_TYPES
 
 __all__ = [

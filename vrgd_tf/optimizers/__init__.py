@@ -21,8 +21,6 @@ Weight decay: ``VRGDSGD``/``VRGDAdam`` take Keras' ``weight_decay`` (and its
 
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
-from vrgd_tf.optimizers.vr import (VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
-                                   make_vrgd_optimizer)
+from vrgd_tf.optimizers.vr import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
 
-__all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb",
-           "make_vrgd_optimizer"]
+__all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]

@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from vrgd_tf import validation
+
 # Re-exported: they lived here before vrgd_tf.optimizers.layerwise.
 from vrgd_tf.optimizers.layerwise import LayerwiseOptimizer, compute_dtype, trust_ratio
 
@@ -51,16 +52,30 @@ class Lamb(LayerwiseOptimizer):
         ``weight_decay`` (ValueError naming ``weight_decay_rate``).
     """
 
-    _weight_decay_rate_doc = ("LAMB's decoupled weight decay, added to the update before "
-                              "the trust ratio")
+    _weight_decay_rate_doc = (
+        "LAMB's decoupled weight decay, added to the update before the trust ratio"
+    )
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 weight_decay_rate=0.0, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None, name="LAMB", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay_rate=0.0,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        name="LAMB",
+        **kwargs,
+    ):
         validation.check_optimizer_arguments(dict(locals()), positive=("epsilon",))
         super().__init__(
-            learning_rate, name=name, exclude_from_weight_decay=exclude_from_weight_decay,
-            exclude_from_layer_adaptation=exclude_from_layer_adaptation, **kwargs)
+            learning_rate,
+            name=name,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            **kwargs,
+        )
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
@@ -95,8 +110,7 @@ class Lamb(LayerwiseOptimizer):
         if self._decays(variable):
             update = update + ops.cast(self.weight_decay_rate, dtype) * w
         if self._adapts(variable):
-            ratio = trust_ratio(ops.norm(ops.reshape(w, [-1])),
-                                ops.norm(ops.reshape(update, [-1])))
+            ratio = trust_ratio(ops.norm(ops.reshape(w, [-1])), ops.norm(ops.reshape(update, [-1])))
             new_w = w - ratio * lr * update
         else:
             new_w = w - lr * update
@@ -104,10 +118,12 @@ class Lamb(LayerwiseOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "weight_decay_rate": self.weight_decay_rate,
-        })
+        config.update(
+            {
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+                "weight_decay_rate": self.weight_decay_rate,
+            }
+        )
         return config

@@ -47,13 +47,27 @@ class Lars(LayerwiseOptimizer):
 
     _weight_decay_rate_doc = "LARS's L2 weight decay, added to the gradient"
 
-    def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
-                 nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None, name="LARS", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum=0.9,
+        weight_decay_rate=0.0,
+        eeta=0.001,
+        nesterov=False,
+        classic_momentum=True,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        name="LARS",
+        **kwargs,
+    ):
         validation.check_optimizer_arguments(dict(locals()))
         super().__init__(
-            learning_rate, name=name, exclude_from_weight_decay=exclude_from_weight_decay,
-            exclude_from_layer_adaptation=exclude_from_layer_adaptation, **kwargs)
+            learning_rate,
+            name=name,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            **kwargs,
+        )
         self.momentum = momentum
         self.weight_decay_rate = weight_decay_rate
         self.eeta = eeta
@@ -81,8 +95,7 @@ class Lars(LayerwiseOptimizer):
             grad = grad + ops.cast(self.weight_decay_rate, dtype) * w
         w_norm = ops.norm(ops.reshape(w, [-1]))
         if self.classic_momentum:
-            ratio = (trust_ratio(w_norm, ops.norm(ops.reshape(grad, [-1])), eeta)
-                     if adapt else 1.0)
+            ratio = trust_ratio(w_norm, ops.norm(ops.reshape(grad, [-1])), eeta) if adapt else 1.0
             scaled_lr = lr * ratio
             next_v = momentum * v_value + scaled_lr * grad
             update = momentum * next_v + scaled_lr * grad if self.nesterov else next_v
@@ -90,19 +103,20 @@ class Lars(LayerwiseOptimizer):
         else:
             next_v = momentum * v_value + grad
             update = momentum * next_v + grad if self.nesterov else next_v
-            ratio = (trust_ratio(w_norm, ops.norm(ops.reshape(update, [-1])), eeta)
-                     if adapt else 1.0)
+            ratio = trust_ratio(w_norm, ops.norm(ops.reshape(update, [-1])), eeta) if adapt else 1.0
             next_param = w - (ratio * lr) * update
         self.assign(variable, ops.cast(next_param, variable.dtype))
         self.assign(v, ops.cast(next_v, v.dtype))
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "momentum": self.momentum,
-            "weight_decay_rate": self.weight_decay_rate,
-            "eeta": self.eeta,
-            "nesterov": self.nesterov,
-            "classic_momentum": self.classic_momentum,
-        })
+        config.update(
+            {
+                "momentum": self.momentum,
+                "weight_decay_rate": self.weight_decay_rate,
+                "eeta": self.eeta,
+                "nesterov": self.nesterov,
+                "classic_momentum": self.classic_momentum,
+            }
+        )
         return config

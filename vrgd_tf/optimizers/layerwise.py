@@ -38,7 +38,8 @@ def trust_ratio(weight_norm, update_norm, coefficient=None):
     return ops.where(
         ops.greater(weight_norm, 0),
         ops.where(ops.greater(update_norm, 0), numerator / update_norm, 1.0),
-        1.0)
+        1.0,
+    )
 
 
 class LayerwiseOptimizer(keras.optimizers.Optimizer):
@@ -81,22 +82,27 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     #: What ``weight_decay_rate`` is, for the message refusing ``weight_decay``.
     _weight_decay_rate_doc = "the weight decay of this optimizer"
 
-    def __init__(self, learning_rate, *, exclude_from_weight_decay,
-                 exclude_from_layer_adaptation, **kwargs):
+    def __init__(
+        self, learning_rate, *, exclude_from_weight_decay, exclude_from_layer_adaptation, **kwargs
+    ):
         weight_decay = kwargs.get("weight_decay")
         if weight_decay is not None and not (
-                validation.is_plain_number(weight_decay) and float(weight_decay) == 0.0):
+            validation.is_plain_number(weight_decay) and float(weight_decay) == 0.0
+        ):
             raise ValueError(
                 f"{type(self).__name__}: `weight_decay` (Keras' decoupled weight decay, "
                 "applied after the update and outside the trust ratio) is not supported; "
                 f"got weight_decay={weight_decay!r}. Use `weight_decay_rate` (float >= 0, "
                 f"{self._weight_decay_rate_doc}) and `exclude_from_weight_decay` instead, "
-                "or leave `weight_decay` None.")
+                "or leave `weight_decay` None."
+            )
         super().__init__(learning_rate=learning_rate, **kwargs)
         self._exclusion_patterns = validation.check_exclusion_list(
-            "exclude_from_weight_decay", exclude_from_weight_decay)
+            "exclude_from_weight_decay", exclude_from_weight_decay
+        )
         self._explicit_layer_adaptation = validation.check_exclusion_list(
-            "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
+            "exclude_from_layer_adaptation", exclude_from_layer_adaptation
+        )
         self._exclusion_keys = set()
 
     @property
@@ -111,7 +117,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     @exclude_from_layer_adaptation.setter
     def exclude_from_layer_adaptation(self, patterns):
         self._explicit_layer_adaptation = validation.check_exclusion_list(
-            "exclude_from_layer_adaptation", patterns)
+            "exclude_from_layer_adaptation", patterns
+        )
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """Keras' method: excludes variables from weight decay (``weight_decay_rate``).
@@ -136,7 +143,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             raise ValueError(
                 "`exclude_from_weight_decay()` can only be configured before the optimizer "
                 f"is built; {self.name} is built. Pass `exclude_from_weight_decay=[...]` to "
-                "the constructor, or call it before the first `apply`/`fit`.")
+                "the constructor, or call it before the first `apply`/`fit`."
+            )
         names = validation.check_exclusion_list("var_names", var_names)
         if names:
             patterns = list(self._exclusion_patterns or [])
@@ -163,7 +171,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
                 if self._overwrite_variable_with_gradient(variable):
                     slot_list.append(None)
                 elif keras.backend.standardize_dtype(variable.dtype) == compute_dtype(
-                        variable.dtype):
+                    variable.dtype
+                ):
                     slot_list.append(self.add_variable_from_reference(variable, name=name))
                 else:
                     slot_list.append(self._add_float32_slot(variable, name))
@@ -171,13 +180,19 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
 
     def _add_float32_slot(self, variable, name):
         """A zero float32 slot named and placed as ``add_variable_from_reference`` would."""
-        reference = (variable.path.replace("/", "_") if hasattr(variable, "path")
-                     else str(variable.name).replace("/", "_").replace(":", "_"))
+        reference = (
+            variable.path.replace("/", "_")
+            if hasattr(variable, "path")
+            else str(variable.name).replace("/", "_").replace(":", "_")
+        )
         colocate = variable.value if isinstance(variable, keras.Variable) else variable
         with self._distribution_strategy.extended.colocate_vars_with(colocate):
-            return self.add_variable(shape=variable.shape, dtype="float32",
-                                     name=f"{reference}_{name}",
-                                     layout=getattr(variable, "_layout", None))
+            return self.add_variable(
+                shape=variable.shape,
+                dtype="float32",
+                name=f"{reference}_{name}",
+                layout=getattr(variable, "_layout", None),
+            )
 
     @staticmethod
     def _dense(gradient):
@@ -191,8 +206,10 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
 
     def _decays(self, variable) -> bool:
         """Whether ``weight_decay_rate`` applies to ``variable`` (Python bool, trace time)."""
-        return not (self._var_key(variable) in self._exclusion_keys
-                    or matches_any(self._exclusion_patterns, variable_name(variable)))
+        return not (
+            self._var_key(variable) in self._exclusion_keys
+            or matches_any(self._exclusion_patterns, variable_name(variable))
+        )
 
     def _adapts(self, variable) -> bool:
         """Whether ``variable`` gets the trust ratio (Python bool, trace time)."""
@@ -202,10 +219,14 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "exclude_from_weight_decay": self.exclude_from_weight_decay_patterns,
-            "exclude_from_layer_adaptation": (
-                None if self._explicit_layer_adaptation is None
-                else list(self._explicit_layer_adaptation)),
-        })
+        config.update(
+            {
+                "exclude_from_weight_decay": self.exclude_from_weight_decay_patterns,
+                "exclude_from_layer_adaptation": (
+                    None
+                    if self._explicit_layer_adaptation is None
+                    else list(self._explicit_layer_adaptation)
+                ),
+            }
+        )
         return config

@@ -15,8 +15,7 @@ import tensorflow as tf
 from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
-from vrgd_tf import common
-from vrgd_tf import validation
+from vrgd_tf import common, validation
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
@@ -26,7 +25,8 @@ _HOOK = "_all_reduce_sum_gradients"
 if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras upgrade guard
     raise ImportError(
         f"vrgd_tf needs Keras 3's TFOptimizer.{_HOOK}, which this Keras "
-        f"({keras.__version__}) does not have. Install the Keras range pinned by vrgd_tf.")
+        f"({keras.__version__}) does not have. Install the Keras range pinned by vrgd_tf."
+    )
 
 
 class _KerasVRGDMixin(common.VRGDCommon):
@@ -59,7 +59,8 @@ class _KerasVRGDMixin(common.VRGDCommon):
                     f"{strategy.num_replicas_in_sync} replicas: Keras 3 all-reduces the "
                     "accumulated gradients inside a conditional, which the strategy cannot "
                     "run. Raise the global batch instead (more replicas, or a larger "
-                    "per-replica batch), or leave `gradient_accumulation_steps` unset.")
+                    "per-replica batch), or leave `gradient_accumulation_steps` unset."
+                )
             if self.use_ema and self.ema_overwrite_frequency:
                 raise ValueError(
                     f"{name}: `use_ema=True` with `ema_overwrite_frequency="
@@ -68,20 +69,21 @@ class _KerasVRGDMixin(common.VRGDCommon):
                     "in the replica context, which the strategy cannot run. Leave "
                     "`ema_overwrite_frequency=None` and call "
                     "`optimizer.finalize_variable_values(model.trainable_variables)` at the "
-                    "end of training.")
+                    "end of training."
+                )
 
     def build(self, variables):
         if self.built:
             return
         ctx = tf.distribute.get_replica_context()
-        if (ctx is not None and ctx.num_replicas_in_sync > 1
-                and not tf.executing_eagerly()):
+        if ctx is not None and ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
             raise RuntimeError(
                 f"{type(self).__name__} is being built inside `strategy.run` in a "
                 "tf.function, where a tf.distribute strategy cannot create its variables. "
                 "Build it once in the strategy scope before the first step: "
                 "`with strategy.scope(): optimizer.build(model.trainable_variables)` "
-                "(`model.compile` + `model.fit` do this for you).")
+                "(`model.compile` + `model.fit` do this for you)."
+            )
         self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
         validation.check_variable_dtypes(self, variables, base_rule=self._vrgd_base_class)
         super().build(variables)
@@ -95,10 +97,14 @@ class _KerasVRGDMixin(common.VRGDCommon):
         with self._distribution_strategy.extended.colocate_vars_with(colocate):
             with backend.name_scope(self.name, caller=self):
                 variable = backend.Variable(
-                    initializer=keras.initializers.Zeros(), shape=tuple(shape),
-                    dtype="float32", trainable=False, synchronization="on_read",
+                    initializer=keras.initializers.Zeros(),
+                    shape=tuple(shape),
+                    dtype="float32",
+                    trainable=False,
+                    synchronization="on_read",
                     aggregation="only_first_replica",
-                    name=f"vrgd_{kind}_{index}")
+                    name=f"vrgd_{kind}_{index}",
+                )
         self._track_variable(variable)
         return variable
 
@@ -106,12 +112,17 @@ class _KerasVRGDMixin(common.VRGDCommon):
         self._vrgd_hook_called = False
         result = super().apply(grads, trainable_variables)
         ctx = tf.distribute.get_replica_context()
-        if (ctx is not None and ctx.num_replicas_in_sync > 1 and len(grads) > 0
-                and not self._vrgd_hook_called):
+        if (
+            ctx is not None
+            and ctx.num_replicas_in_sync > 1
+            and len(grads) > 0
+            and not self._vrgd_hook_called
+        ):
             raise RuntimeError(
                 f"{type(self).__name__}: Keras {keras.__version__} applied gradients "
                 f"without calling {_HOOK}, so VRGD's GSNR step was bypassed. This Keras "
-                "version is not supported; install the range pinned by vrgd_tf.")
+                "version is not supported; install the range pinned by vrgd_tf."
+            )
         return result
 
     def _clip_gradients(self, grads):
@@ -149,11 +160,13 @@ def _check_finite_on_every_replica(check_finite):
     def wrapped(self, grads):
         finite = check_finite(self, grads)
         ctx = tf.distribute.get_replica_context()
-        if (not isinstance(self.inner_optimizer, _KerasVRGDMixin) or ctx is None
-                or ctx.num_replicas_in_sync == 1):
+        if (
+            not isinstance(self.inner_optimizer, _KerasVRGDMixin)
+            or ctx is None
+            or ctx.num_replicas_in_sync == 1
+        ):
             return finite
-        not_finite = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                    1.0 - tf.cast(finite, tf.float32))
+        not_finite = ctx.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
         return tf.equal(not_finite, 0.0)
 
     wrapped._vrgd_wrapped = True
@@ -163,12 +176,11 @@ def _check_finite_on_every_replica(check_finite):
 
 if not getattr(keras.optimizers.LossScaleOptimizer.check_finite, "_vrgd_wrapped", False):
     keras.optimizers.LossScaleOptimizer.check_finite = _check_finite_on_every_replica(
-        keras.optimizers.LossScaleOptimizer.check_finite)
+        keras.optimizers.LossScaleOptimizer.check_finite
+    )
 
 
-
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,
-                        doc=None):
+def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
     """Returns the VRGD version of a Keras 3 optimizer class.
 
     The new class takes the base class's arguments plus ``gamma`` and ``beta_3``, and
@@ -194,14 +206,19 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.
     """
-    if not (isinstance(base_class, type)
-            and issubclass(base_class, keras.optimizers.Optimizer)):
-        raise TypeError(f"`base_class` must be a keras.optimizers.Optimizer subclass; got "
-                        f"{base_class!r}.")
+    if not (isinstance(base_class, type) and issubclass(base_class, keras.optimizers.Optimizer)):
+        raise TypeError(
+            f"`base_class` must be a keras.optimizers.Optimizer subclass; got {base_class!r}."
+        )
     return common.make_vrgd_class(
-        _KerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
+        _KerasVRGDMixin,
+        base_class,
+        name=name,
+        default_beta_3=default_beta_3,
+        doc=doc,
         module="vrgd_tf.optimizers" if register else base_class.__module__,
-        register=_register if register else None)
+        register=_register if register else None,
+    )
 
 
 def _register(name):

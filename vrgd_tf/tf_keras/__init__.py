@@ -27,7 +27,6 @@ designed shape and kind.
 The classes live in :mod:`vrgd_tf.tf_keras.optimizers`. Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
-from vrgd_tf.tf_keras.optimizers import (VRGDAdam, VRGDLamb, VRGDLars, VRGDSGD,
-                                         make_vrgd_optimizer)
+from vrgd_tf.tf_keras.optimizers import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]

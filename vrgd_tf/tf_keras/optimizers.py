@@ -34,9 +34,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import common
-from vrgd_tf import gsnr
-from vrgd_tf import validation
+from vrgd_tf import common, gsnr, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -49,12 +47,15 @@ _FLOAT32_ONLY = {
         "multiplies its momentum slot by the Python float `momentum` with tf.multiply, "
         "which raises a TypeError inside a tf.function (model.fit, Model Garden's trainer) "
         "for a variable that is not float32 (e.g. \"Input 'y' of 'Mul' Op has type bfloat16 "
-        "that does not match type float32\")"),
+        'that does not match type float32")'
+    ),
 }
-_FIX = ("Keep the variables float32: tf_keras' 'mixed_bfloat16' and 'mixed_float16' dtype "
-        "policies (tf_keras.mixed_precision.set_global_policy; Model Garden's "
-        "`runtime.mixed_precision_dtype`) compute the layers in low precision but keep "
-        "float32 variables.")
+_FIX = (
+    "Keep the variables float32: tf_keras' 'mixed_bfloat16' and 'mixed_float16' dtype "
+    "policies (tf_keras.mixed_precision.set_global_policy; Model Garden's "
+    "`runtime.mixed_precision_dtype`) compute the layers in low precision but keep "
+    "float32 variables."
+)
 
 
 _SLOT_PREFIX = "vrgd_"
@@ -103,7 +104,7 @@ class _VRGDSlotsMixin:
     def add_slot(self, var, slot_name, initializer="zeros", shape=None):
         if not slot_name.startswith(_SLOT_PREFIX):
             return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
-        kind = slot_name[len(_SLOT_PREFIX):]
+        kind = slot_name[len(_SLOT_PREFIX) :]
         return self._vrgd_make_variable(kind, None, _state_shape(kind, var), var)
 
     def _vrgd_make_variable(self, kind, index, shape, reference):
@@ -127,12 +128,14 @@ class _VRGDSlotsMixin:
             strategy = tf.distribute.get_strategy()
             with strategy.extended.colocate_vars_with(reference):
                 variable = tf.Variable(
-                    tf.zeros(shape, tf.float32), name=f"{reference._shared_name}/{slot_name}",
-                    trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+                    tf.zeros(shape, tf.float32),
+                    name=f"{reference._shared_name}/{slot_name}",
+                    trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                )
         slot_dict[slot_name] = variable
-        self._restore_slot_variable(slot_name=slot_name, variable=reference,
-                                    slot_variable=variable)
+        self._restore_slot_variable(slot_name=slot_name, variable=reference, slot_variable=variable)
         self._weights.append(variable)
         return variable
 
@@ -143,9 +146,14 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
     def _create_slots(self, var_list):
         base = self._vrgd_base_class
         validation.check_variable_dtypes(
-            self, var_list, base_rule=base, fix=_FIX,
-            float32_only=next((why for cls, why in _FLOAT32_ONLY.items()
-                               if issubclass(base, cls)), None))
+            self,
+            var_list,
+            base_rule=base,
+            fix=_FIX,
+            float32_only=next(
+                (why for cls, why in _FLOAT32_ONLY.items() if issubclass(base, cls)), None
+            ),
+        )
         super()._create_slots(var_list)
         self._vrgd_add_variables(var_list)
 
@@ -171,12 +179,14 @@ def _var_key(variable):
 def _has_vrgd_slots(obj):
     """Whether ``obj`` is an ``OptimizerV2`` whose slots include VRGD state: a built VRGD
     optimizer, or a wrapper that exposes its slots (tf_keras ``LossScaleOptimizer``)."""
-    return (isinstance(obj, _OptimizerV2)
-            and any(name.startswith(_SLOT_PREFIX) for name in obj.get_slot_names()))
+    return isinstance(obj, _OptimizerV2) and any(
+        name.startswith(_SLOT_PREFIX) for name in obj.get_slot_names()
+    )
 
 
-@_registration.register_serializable(package="vrgd_tf", name="TfKerasVRGDOptimizer",
-                                     predicate=_has_vrgd_slots)
+@_registration.register_serializable(
+    package="vrgd_tf", name="TfKerasVRGDOptimizer", predicate=_has_vrgd_slots
+)
 class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
     """What a SavedModel load revives a VRGD optimizer as: tf_keras's stand-in optimizer.
 
@@ -196,8 +206,7 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
         self._set_hyper(name, value)
 
 
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True,
-                        doc=None):
+def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
     """Returns the VRGD version of a tf_keras legacy optimizer (``OptimizerV2``) class.
 
     Args:
@@ -219,12 +228,19 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
     """
     if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
-        raise TypeError("`base_class` must be a tf_keras.optimizers.legacy.Optimizer "
-                        f"subclass; got {base_class!r}.")
+        raise TypeError(
+            "`base_class` must be a tf_keras.optimizers.legacy.Optimizer "
+            f"subclass; got {base_class!r}."
+        )
     return common.make_vrgd_class(
-        _TfKerasVRGDMixin, base_class, name=name, default_beta_3=default_beta_3, doc=doc,
+        _TfKerasVRGDMixin,
+        base_class,
+        name=name,
+        default_beta_3=default_beta_3,
+        doc=doc,
         module="vrgd_tf.tf_keras" if register else base_class.__module__,
-        register=_register if register else None)
+        register=_register if register else None,
+    )
 
 
 def _register(name):
