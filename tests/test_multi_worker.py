@@ -47,6 +47,10 @@ class MultiWorkerTest(tf.test.TestCase):
                 TF_CONFIG=json.dumps(
                     {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
                 ),
+                # The workers import this checkout, installed or not.
+                PYTHONPATH=os.pathsep.join(
+                    [os.path.dirname(HERE)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+                ),
             )
             procs.append(
                 subprocess.Popen(
