@@ -244,6 +244,79 @@ class AggregatorTest(tf.test.TestCase):
         for n in names:
             self.assertAllClose(got[n].numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7)
 
+    def test_as_the_gradient_aggregator_of_a_model_garden_adamw_from_config(self):
+        """Model Garden's factory builds AdamW from an experiment's optimizer config with
+        ``build_optimizer(lr, gradient_aggregator=aggregator.gradient_aggregator)``; the
+        result equals the VRGD class made from Model Garden's AdamWeightDecay."""
+        from official.modeling.optimization import optimizer_factory
+        from official.modeling.optimization.configs import optimization_config
+        from official.modeling.optimization.legacy_adamw import AdamWeightDecay
+
+        init, grads = make_problem(2, seed=17, steps=8)
+        mk = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
+        strategy = util.strategy_for(2)
+        names = sorted(init)
+        config = optimization_config.OptimizationConfig(
+            {
+                "optimizer": {
+                    "type": "adamw",
+                    "adamw": {
+                        "weight_decay_rate": 0.01,
+                        "exclude_from_weight_decay": ["bias"],
+                        "gradient_clip_norm": 0.0,
+                    },
+                },
+                "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}},
+            }
+        )
+        factory = optimizer_factory.OptimizerFactory(config)
+        with strategy.scope():
+            variables = {n: tf.Variable(init[n], name=n) for n in names}
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
+            aggregator.build([variables[n] for n in names])
+        got, _ = util.run_custom_loop(
+            strategy,
+            lambda: factory.build_optimizer(
+                factory.build_learning_rate(),
+                gradient_aggregator=aggregator.gradient_aggregator,
+            ),
+            init,
+            grads,
+            existing=variables,
+        )
+        VRGDAdamW = vtk.make_vrgd_optimizer(AdamWeightDecay, register=False)
+        expected, _ = util.run_custom_loop(
+            util.strategy_for(2),
+            lambda: VRGDAdamW(
+                0.1,
+                weight_decay_rate=0.01,
+                exclude_from_weight_decay=["bias"],
+                gradient_clip_norm=0.0,
+                beta_3=0.9,
+                epsilon=1e-7,
+            ),
+            init,
+            grads,
+            make_variable=mk,
+        )
+        plain, _ = util.run_custom_loop(
+            util.strategy_for(2),
+            lambda: factory.build_optimizer(factory.build_learning_rate()),
+            init,
+            grads,
+            make_variable=mk,
+        )
+        # VRGD is active: the weights are not plain AdamW's (Adam's normalisation cancels
+        # most of a factor that changes little between steps, hence the small margin, still
+        # 30x the tolerance below) and the aggregator recorded factors at gamma.
+        diff = max(float(np.abs(got[n].numpy() - plain[n].numpy()).max()) for n in names)
+        self.assertGreater(diff, 3e-5)
+        stats = aggregator.statistics()
+        self.assertEqual(sorted(stats), names)
+        self.assertGreater(max(float(s["frac_at_gamma"]) for s in stats.values()), 0.0)
+        for n in names:
+            self.assertAllClose(got[n].numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7)
+
     def test_checkpoint_restores_the_state_and_config_round_trips(self):
         init, grads = make_problem(2, seed=15, steps=2)
         names = sorted(init)
