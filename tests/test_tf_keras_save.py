@@ -166,6 +166,37 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
             # a noise estimate exists: the diagnostics were recorded
             self.assertTrue(any(s["mean_gsnr"] > 0.0 for s in stats.values()), stats)
 
+    @parameterized.named_parameters(
+        ("lamb", False),
+        # Regression: tf_keras's LossScaleOptimizer writes its inner optimizer under the bare
+        # class name ("VRGDLamb"), so loading the h5 file failed with "Unknown optimizer".
+        ("lamb_loss_scale", True),
+    )
+    def test_h5_load_resumes_exactly(self, loss_scale):
+        kwargs = dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)
+        strategy = _strategy(2)
+        with strategy.scope():
+            model = _model(vtk.VRGDLamb, kwargs, loss_scale)
+        _fit(model, steps=2)
+        path = os.path.join(tempfile.mkdtemp(), "model.h5")
+        model.save(path)
+        with strategy.scope():
+            loaded = tf_keras.models.load_model(path)
+        inner = getattr(loaded.optimizer, "inner_optimizer", loaded.optimizer)
+        self.assertIsInstance(inner, vtk.VRGDLamb)
+        self.assertEqual(
+            inner.get_config(),
+            model.optimizer.get_config()
+            .get("inner_optimizer", {})
+            .get("config", model.optimizer.get_config()),
+        )
+        _fit(model, steps=1)
+        _fit(loaded, steps=1)
+        self.assertEqual(int(loaded.optimizer.iterations.numpy()), 3)
+        for want, got in zip(model.get_weights(), loaded.get_weights()):
+            self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+        self.assert_same_state(loaded.optimizer, loaded, model.optimizer, model)
+
 
 class CheckpointKindTest(_StateAssertions, tf.test.TestCase):
     def test_checkpoint_restore_before_and_after_build_keeps_kind(self):

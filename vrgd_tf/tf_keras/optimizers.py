@@ -244,7 +244,17 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
 
 
 def _register(name):
-    return tf_keras.saving.register_keras_serializable(package="vrgd_tf", name=name)
+    """Registers a class as ``vrgd_tf>name`` and, unless taken, under its bare ``name``:
+    tf_keras's ``LossScaleOptimizer.get_config`` writes the inner optimizer's bare class
+    name in the legacy (h5) format, which loading then looks up."""
+    register = tf_keras.saving.register_keras_serializable(package="vrgd_tf", name=name)
+
+    def decorator(cls):
+        cls = register(cls)
+        tf_keras.utils.get_custom_objects().setdefault(name, cls)
+        return cls
+
+    return decorator
 
 
 @common.vrgd_class(register=_register, module="vrgd_tf.tf_keras")
