@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 import keras
 import numpy as np
@@ -169,6 +170,17 @@ class SummariesTest(tf.test.TestCase):
     def test_update_freq_checked(self):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)
+
+    def test_missing_tensorboard_is_named_at_construction(self):
+        """TensorFlow 2.21 does not install tensorboard; tf.summary.scalar then fails at the
+        first write (TBNotInstalledError, seen with .ci/compat). The callback and the writer
+        refuse it up front, naming the package."""
+        with mock.patch.object(summaries, "_tensorboard_installed", return_value=False):
+            with self.assertRaisesRegex(ImportError, r"GSNRTensorBoard .*pip install tensorboard"):
+                vrgd_tf.GSNRTensorBoard("/tmp/x")
+            with self.assertRaisesRegex(ImportError, r"write_gsnr_summaries .*`tensorboard`"):
+                summaries.write_gsnr_summaries(vrgd_tf.VRGDSGD(0.1), step=1)
+        self.assertTrue(summaries._tensorboard_installed())  # this environment has it
 
     def test_tf_keras_callback_returns_a_tf_keras_callback(self):
         """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,
