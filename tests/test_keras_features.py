@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import vrgd_tf
+from vrgd_tf import versions
 
 import numpy_reference as ref
 import util
@@ -357,10 +358,48 @@ class HookGuardTest(tf.test.TestCase):
                     v.assign_sub(learning_rate * g)
 
         init, grads = util.make_problem(2, seed=1, steps=1)
-        with self.assertRaisesRegex(RuntimeError, "bypassed"):
+        # The message names the supported range.
+        pattern = r"bypassed.*TensorFlow 2\.16-2\.21 with Keras 3\.10-3\.15"
+        with self.assertRaisesRegex(RuntimeError, pattern):
             util.run_custom_loop(
                 util.strategy_for(2), lambda: Bypassed(learning_rate=0.1), init, grads
             )
+
+
+class VersionGuardTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.named_parameters(
+        ("_keras_3_4_hook_in_merge_call", "2.18.1", "3.4.1", "Keras 3.4.1"),
+        ("_keras_3_9_no_overwrite_hook", "2.19.1", "3.9.2", "Keras 3.9.2"),
+        ("_keras_2", "2.15.1", "2.15.0", "TensorFlow 2.15.1 and Keras 2.15.0"),
+        ("_tf_2_15", "2.15.1", "3.10.0", "TensorFlow 2.15.1"),
+        ("_unparsable", "nightly", "3.15.1", "TensorFlow nightly"),
+    )
+    def test_unsupported_releases_raise_import_error_naming_the_range(self, tf_v, keras_v, found):
+        with self.assertRaisesRegex(ImportError, "TensorFlow 2.16-2.21 with Keras 3.10-3.15") as cm:
+            versions.check_keras3(tf_v, keras_v)
+        self.assertIn(f"this environment has {found}.", str(cm.exception))
+
+    @parameterized.parameters(
+        ("2.16.2", "3.10.0"), ("2.20.0", "3.15.1"), ("2.21.0", "3.15.1"), ("2.22.0rc0", "3.16.0")
+    )
+    def test_supported_and_newer_releases_pass(self, tf_v, keras_v):
+        versions.check_keras3(tf_v, keras_v)  # newer than tested: the hook guard watches
+        versions.check_keras3(tf.__version__, keras.__version__)
+
+    def test_setup_cfg_pins_the_same_range(self):
+        """setup.cfg's install_requires and classifiers agree with vrgd_tf.versions."""
+        path = os.path.join(os.path.dirname(__file__), "..", "setup.cfg")
+        with open(path) as f:
+            text = f.read()
+        lo_tf, hi_tf = versions.MIN_TENSORFLOW, versions.TESTED_TENSORFLOW
+        lo_k, hi_k = versions.MIN_KERAS, versions.TESTED_KERAS
+        self.assertIn(
+            f"tensorflow>={lo_tf[0]}.{lo_tf[1]},<{hi_tf[0]}.{hi_tf[1] + 1}", text.replace(" ", "")
+        )
+        self.assertIn(f"keras>={lo_k[0]}.{lo_k[1]},<{hi_k[0]}.{hi_k[1] + 1}", text.replace(" ", ""))
+        self.assertIn("python_requires = >=3.9,<3.14", text)
+        for minor in range(9, 14):
+            self.assertIn(f"Programming Language :: Python :: 3.{minor}", text)
 
 
 if __name__ == "__main__":

@@ -447,6 +447,7 @@ class ErrorTest(tf.test.TestCase):
             model.fit(dataset(x, y), epochs=1, steps_per_epoch=1, verbose=0)
         # A tf_keras-family VRGD optimizer (Keras 3's compile refuses it first; the check
         # names the family).
+        util.skip_without_tf_keras(self)
         from vrgd_tf import micro_batches
         from vrgd_tf import tf_keras as vtk
 

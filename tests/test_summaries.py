@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 import keras
 import numpy as np
@@ -118,6 +119,7 @@ class SummariesTest(tf.test.TestCase):
         """3 steps on 2 replicas: interval 1 keeps step 3's statistics, interval 2 step 2's
         (the step that brings ``iterations`` to 2), interval 0 none; both families. The
         data's GSNR differs on every step, so a recording one step off is seen."""
+        util.skip_without_tf_keras(self)
         import tf_keras  # noqa: F401  (the tf_keras family needs it)
 
         from vrgd_tf import tf_keras as vr_tf_keras
@@ -169,9 +171,21 @@ class SummariesTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "update_freq"):
             vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=0)
 
+    def test_missing_tensorboard_is_named_at_construction(self):
+        """TensorFlow 2.21 does not install tensorboard; tf.summary.scalar then fails at the
+        first write (TBNotInstalledError, seen with .ci/compat). The callback and the writer
+        refuse it up front, naming the package."""
+        with mock.patch.object(summaries, "_tensorboard_installed", return_value=False):
+            with self.assertRaisesRegex(ImportError, r"GSNRTensorBoard .*pip install tensorboard"):
+                vrgd_tf.GSNRTensorBoard("/tmp/x")
+            with self.assertRaisesRegex(ImportError, r"write_gsnr_summaries .*`tensorboard`"):
+                summaries.write_gsnr_summaries(vrgd_tf.VRGDSGD(0.1), step=1)
+        self.assertTrue(summaries._tensorboard_installed())  # this environment has it
+
     def test_tf_keras_callback_returns_a_tf_keras_callback(self):
         """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,
         and a 2-replica tf_keras fit with it writes the reference statistics."""
+        util.skip_without_tf_keras(self)
         import tf_keras
 
         from vrgd_tf import tf_keras as vtk
@@ -225,6 +239,7 @@ class SummariesTest(tf.test.TestCase):
     def test_legacy_keras_fit_with_top_level_callback(self):
         """TF_USE_LEGACY_KERAS=1: vrgd_tf.GSNRTensorBoard is the tf_keras callback, and a
         2-replica tf.keras fit with vrgd_tf.VRGDSGD writes the reference statistics."""
+        util.skip_without_tf_keras(self)
         code = (
             "import sys, json\n"
             "import tensorflow as tf\n"
@@ -272,6 +287,7 @@ class SummariesTest(tf.test.TestCase):
         self.assertIn("vrgd/mean/frac_at_one", scalars)
 
     def test_import_does_not_import_tf_keras(self):
+        util.skip_without_tf_keras(self)
         out = run_python(
             "import sys, vrgd_tf\n"
             "print('BEFORE', 'tf_keras' in sys.modules)\n"
@@ -332,6 +348,7 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
         self._check(model.optimizer, model.optimizer.inner_optimizer)
 
     def test_tf_keras_mixed_float16_loss_scale_optimizer(self):
+        util.skip_without_tf_keras(self)
         import tf_keras
 
         from vrgd_tf import tf_keras as vtk

@@ -1,7 +1,19 @@
 """Helpers for driving optimizers replica by replica with known gradients."""
 
+import importlib.util
+
 import numpy as np
 import tensorflow as tf
+
+# The tf_keras family needs the model_garden extra (tf-keras, tf-models-official); .ci/compat
+# runs the Keras 3 family's tests without it, where the tf_keras cases skip.
+HAS_TF_KERAS = all(importlib.util.find_spec(m) is not None for m in ("tf_keras", "official"))
+
+
+def skip_without_tf_keras(test):
+    """Skips ``test`` (a ``tf.test.TestCase``) when the tf_keras family cannot be imported."""
+    if not HAS_TF_KERAS:
+        test.skipTest("the tf_keras family needs tf-keras and tf-models-official (model_garden)")
 
 
 def strategy_for(k):

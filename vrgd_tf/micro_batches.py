@@ -24,7 +24,7 @@ import tensorflow as tf
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 from keras.src.losses import loss as _loss_module
 
-from vrgd_tf import common
+from vrgd_tf import common, versions
 from vrgd_tf.optimizers import vr as _vr
 
 __all__ = ["use_micro_batches", "micro_batch_groups", "split_batch", "sum_group_gradients"]
@@ -165,8 +165,8 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     if missing:  # pragma: no cover - Keras upgrade guard
         raise TypeError(
             f"use_micro_batches mirrors Keras 3.15's train_step, but this "
-            f"model ({keras.__version__}) has no {', '.join(missing)}. Install "
-            "the Keras range pinned by vrgd_tf."
+            f"model (Keras {keras.__version__}) has no {', '.join(missing)}. Supported: "
+            f"{versions.SUPPORTED}."
         )
     if getattr(model, "optimizer", None) is not None:
         _check_optimizer(model.optimizer, num_groups)

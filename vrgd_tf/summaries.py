@@ -15,6 +15,7 @@ the average step is.
 """
 
 import contextlib
+import importlib.util
 import logging
 
 import numpy as np
@@ -38,6 +39,31 @@ _FIELDS = STATISTICS_FIELDS
 #: Tag prefixes of the summaries over all variables (median of the GSNR, means of the rest).
 HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
 _LOG = logging.getLogger("vrgd_tf")
+
+
+def _tensorboard_installed() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def require_tensorboard(what: str) -> None:
+    """Raises unless the ``tensorboard`` package (what ``tf.summary`` writes with) is installed.
+
+    TensorFlow up to 2.20 installs it; TensorFlow 2.21 no longer depends on it, and its
+    ``tf.summary.scalar`` then fails with ``TBNotInstalledError`` when first called.
+
+    Args:
+      what: the caller, named in the message.
+
+    Raises:
+      ImportError: ``tensorboard`` is not importable; the message says to install it.
+    """
+    if not _tensorboard_installed():
+        raise ImportError(
+            f"{what} writes tf.summary events, which need the `tensorboard` package; "
+            f"TensorFlow {tf.__version__} does not install it (TensorFlow >= 2.21 no longer "
+            "depends on it). Run `pip install tensorboard`, or read the diagnostics without "
+            "it: `vrgd_tf.vrgd_statistics(optimizer)`, `vrgd_tf.summaries.summary_logs`."
+        )
 
 
 _WRAPPER_ATTRS = ("inner_optimizer", "_optimizer")
@@ -148,7 +174,12 @@ def write_gsnr_summaries(optimizer, step, writer=None):
 
     Returns:
       The logs dict written (see :func:`summary_logs`); empty for a non-VRGD optimizer.
+
+    Raises:
+      ImportError: the ``tensorboard`` package is not installed (TensorFlow >= 2.21 does
+        not install it), see :func:`require_tensorboard`.
     """
+    require_tensorboard("write_gsnr_summaries")
     logs = summary_logs(optimizer)
     if not logs:
         return logs
@@ -178,12 +209,15 @@ class _GSNRTensorBoardMixin:
 
     Raises:
       ValueError: ``update_freq`` < 1.
+      ImportError: the ``tensorboard`` package is not installed (TensorFlow >= 2.21 does
+        not install it; ``pip install tensorboard``).
     """
 
     def __init__(self, log_dir, update_freq=100, log_to_history=False):
         super().__init__()
         if int(update_freq) < 1:
             raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
+        require_tensorboard(type(self).__name__)
         self.log_dir = log_dir
         self.update_freq = int(update_freq)
         self.log_to_history = log_to_history

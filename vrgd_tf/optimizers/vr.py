@@ -5,9 +5,11 @@ TFOptimizer``) sums the per-replica gradients in ``_all_reduce_sum_gradients``, 
 replica context from ``_backend_update_step``. Keras 3 has no public hook for cross-replica
 aggregation; this private method is the narrowest one (tested with Keras 3.15, pinned in
 ``setup.cfg``). The VRGD class overrides it with :func:`vrgd_tf.gsnr.variance_reduce` and
-leaves the base update rule untouched. If a Keras upgrade stops calling it, the first
-``apply`` with more than one replica raises ``RuntimeError`` instead of silently training
-without variance reduction.
+leaves the base update rule untouched. Since Keras 3.5 it is called in the replica
+context; the supported releases (Keras 3.10-3.15 tested, TensorFlow 2.16-2.21) are in
+:mod:`vrgd_tf.versions`, and importing with an older one raises ``ImportError`` naming
+them. If a Keras upgrade stops calling it, the first ``apply`` with more than one replica
+raises ``RuntimeError`` instead of silently training without variance reduction.
 """
 
 import keras
@@ -15,17 +17,18 @@ import tensorflow as tf
 from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
-from vrgd_tf import common, validation
+from vrgd_tf import common, validation, versions
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
+versions.check_keras3(tf.__version__, keras.__version__)
 _HOOK = "_all_reduce_sum_gradients"
 if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras upgrade guard
     raise ImportError(
         f"vrgd_tf needs Keras 3's TFOptimizer.{_HOOK}, which this Keras "
-        f"({keras.__version__}) does not have. Install the Keras range pinned by vrgd_tf."
+        f"({keras.__version__}) does not have. Supported: {versions.SUPPORTED}."
     )
 
 
@@ -121,7 +124,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
             raise RuntimeError(
                 f"{type(self).__name__}: Keras {keras.__version__} applied gradients "
                 f"without calling {_HOOK}, so VRGD's GSNR step was bypassed. This Keras "
-                "version is not supported; install the range pinned by vrgd_tf."
+                f"version is not supported; install {versions.SUPPORTED}."
             )
         return result
 
