@@ -16,6 +16,43 @@ flags.DEFINE_list(
 )
 
 
+HEADING = "## Learning-rate probe (base optimizers only, seed 0)"
+_ABSENT = "> The probe JSON files"
+
+
+def _without_json(out_md, names):
+    """The section when none of the probe JSONs exists: the previous render's table, kept
+    verbatim from ``out_md`` under a note that says so (or only the note if there is none).
+
+    The probe files were git-ignored until the split of ``render.py`` and are lost; without
+    this, rendering a clean clone silently dropped the section.
+    """
+    note = (
+        f"{_ABSENT} ({', '.join(names)}) are not in `benchmarks/results/`, so this section "
+        "was not recomputed: "
+    )
+    previous = []
+    if os.path.exists(out_md):
+        with open(out_md) as f:
+            text = f.read().split("\n")
+        if HEADING in text:
+            start = text.index(HEADING) + 1
+            end = next((i for i in range(start, len(text)) if text[i].startswith("## ")), len(text))
+            previous = [line for line in text[start:end] if not line.startswith(_ABSENT)]
+            while previous and not previous[0]:
+                previous.pop(0)
+            while previous and not previous[-1]:
+                previous.pop()
+    if previous:
+        note += (
+            "the table below is the previous render of this file, kept verbatim. Rerun the "
+            "probe commands of `benchmarks/README.md` to recompute it."
+        )
+        return [HEADING, "", note, "", *previous, ""]
+    note += "rerun the probe commands of `benchmarks/README.md` to make them."
+    return [HEADING, "", note, ""]
+
+
 def render(ctx, lines):
     if ctx.quick:
         return
@@ -23,6 +60,7 @@ def render(ctx, lines):
         (p, d) for p in flags.FLAGS.lr_probes if (d := load(os.path.join(RESULTS, p))) is not None
     ]
     if not probes:
+        lines += _without_json(ctx.out_md, flags.FLAGS.lr_probes)
         return
     rows = []
     latest = {}
@@ -49,7 +87,7 @@ def render(ctx, lines):
     if not rows:
         return
     lines += [
-        "## Learning-rate probe (base optimizers only, seed 0)",
+        HEADING,
         "",
         "How the base learning rates were chosen: the base optimizer alone, one seed, "
         "at the base batch (and at the largest batch with the square-root-scaled rate), "
