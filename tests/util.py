@@ -3,17 +3,13 @@
 import numpy as np
 import tensorflow as tf
 
+from vrgd_tf import devices
+
 
 def strategy_for(k):
-    """MirroredStrategy over the first k logical CPUs (k=1: one device).
-
-    ReductionToOneDevice: collective all-reduce keys clash between strategies of different
-    sizes in one process, and the sums are the same.
-    """
-    devices = [f"/cpu:{i}" for i in range(k)]
-    return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    """MirroredStrategy over the first k logical CPUs (k=1: one device), with
+    ReductionToOneDevice (:func:`vrgd_tf.devices.cpu_strategy`)."""
+    return devices.cpu_strategy(k, argument="k")
 
 
 def replica_values(var):

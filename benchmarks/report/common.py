@@ -110,6 +110,15 @@ def select(runs, **kw):
     return sorted(out, key=lambda r: r["seed"])
 
 
+def select_side(runs, cfg, dataset, pair, side, batch):
+    """The runs of the batch-size sweep proper: ``cfg["replicas"]`` replicas, and for
+    ``side == "vr"`` the paper's gamma 0.1 (the ablations add other k and gamma), by seed."""
+    kw = dict(dataset=dataset, pair=pair, side=side, batch=batch, replicas=cfg["replicas"])
+    if side == "vr":
+        kw["gamma"] = 0.1
+    return select(runs, **kw)
+
+
 def paired(base, vr):
     """Runs of the same seeds on both sides."""
     b = {r["seed"]: r for r in base}

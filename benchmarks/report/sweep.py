@@ -17,9 +17,17 @@ from report.common import (
     pct,
     pm,
     pyplot,
-    select,
+    select_side,
     verdict,
 )
+
+
+def _base_and_vr(runs, cfg, ds, batches):
+    """``(pair, batch, base runs, VR runs)`` of the sweep proper, pair by pair, batch by batch."""
+    for pair in cfg["pairs"]:
+        for b in batches:
+            base = select_side(runs, cfg, ds, pair, "base", b)
+            yield pair, b, base, select_side(runs, cfg, ds, pair, "vr", b)
 
 
 def render(ctx, lines):
@@ -94,48 +102,35 @@ def render(ctx, lines):
             "VR gap | Δ gap | div (base/VR) |",
             "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
         ]
-        for pair in cfg["pairs"]:
-            for b in batches:
-                base = select(
-                    runs, dataset=ds, pair=pair, side="base", batch=b, replicas=cfg["replicas"]
-                )
-                vr = select(
-                    runs,
-                    dataset=ds,
-                    pair=pair,
-                    side="vr",
-                    batch=b,
-                    replicas=cfg["replicas"],
-                    gamma=0.1,
-                )
-                if not base and not vr:
-                    continue
-                pb, pv = paired(base, vr)
-                dt = [v["final"]["test_acc"] - u["final"]["test_acc"] for u, v in zip(pb, pv)]
-                dg = [v["final"]["gap"] - u["final"]["gap"] for u, v in zip(pb, pv)]
-                steps = (base or vr)[0]["steps"]
-                lines.append(
-                    f"| {PAIR_LABEL[pair]} | {b} | {steps} | "
-                    f"{pm([r['final']['test_acc'] for r in base])} | "
-                    f"{pm([r['final']['test_acc'] for r in vr])} | {pm(dt)} | "
-                    f"{verdict(dt) if dt else '—'} | "
-                    f"{pm([r['final']['gap'] for r in base])} | "
-                    f"{pm([r['final']['gap'] for r in vr])} | {pm(dg)} | "
-                    f"{n_div(base)}/{n_div(vr)} |"
-                )
-                if b == max(batches) and dt:
-                    headline.append(
-                        (
-                            ds,
-                            pair,
-                            b,
-                            dt,
-                            dg,
-                            len(dt),
-                            [u["final"]["test_acc"] for u in pb],
-                            [v["final"]["test_acc"] for v in pv],
-                        )
+        for pair, b, base, vr in _base_and_vr(runs, cfg, ds, batches):
+            if not base and not vr:
+                continue
+            pb, pv = paired(base, vr)
+            dt = [v["final"]["test_acc"] - u["final"]["test_acc"] for u, v in zip(pb, pv)]
+            dg = [v["final"]["gap"] - u["final"]["gap"] for u, v in zip(pb, pv)]
+            steps = (base or vr)[0]["steps"]
+            lines.append(
+                f"| {PAIR_LABEL[pair]} | {b} | {steps} | "
+                f"{pm([r['final']['test_acc'] for r in base])} | "
+                f"{pm([r['final']['test_acc'] for r in vr])} | {pm(dt)} | "
+                f"{verdict(dt) if dt else '—'} | "
+                f"{pm([r['final']['gap'] for r in base])} | "
+                f"{pm([r['final']['gap'] for r in vr])} | {pm(dg)} | "
+                f"{n_div(base)}/{n_div(vr)} |"
+            )
+            if b == max(batches) and dt:
+                headline.append(
+                    (
+                        ds,
+                        pair,
+                        b,
+                        dt,
+                        dg,
+                        len(dt),
+                        [u["final"]["test_acc"] for u in pb],
+                        [v["final"]["test_acc"] for v in pv],
                     )
+                )
         lines.append("")
         name = f"acc_vs_batch_{ds}.png"
         plot_acc_vs_batch(sweep, ds, os.path.join(img_dir, name))
@@ -151,32 +146,19 @@ def render(ctx, lines):
             "| pair | batch | target (%) | base steps | VR steps | VR/base | VR best (%) |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for pair in cfg["pairs"]:
-            for b in batches:
-                base = select(
-                    runs, dataset=ds, pair=pair, side="base", batch=b, replicas=cfg["replicas"]
-                )
-                vr = select(
-                    runs,
-                    dataset=ds,
-                    pair=pair,
-                    side="vr",
-                    batch=b,
-                    replicas=cfg["replicas"],
-                    gamma=0.1,
-                )
-                pb, pv = paired(base, vr)
-                if not pb:
-                    continue
-                sb, ab = mean_curve(pb)
-                sv, av = mean_curve(pv)
-                target = max(ab)
-                nb, nv = first_reach(sb, ab, target), first_reach(sv, av, target)
-                ratio = f"{nv / nb:.2f}" if nv and nb else "—"
-                lines.append(
-                    f"| {PAIR_LABEL[pair]} | {b} | {pct(target)} | {nb} | "
-                    f"{nv if nv else '—'} | {ratio} | {pct(max(av))} |"
-                )
+        for pair, b, base, vr in _base_and_vr(runs, cfg, ds, batches):
+            pb, pv = paired(base, vr)
+            if not pb:
+                continue
+            sb, ab = mean_curve(pb)
+            sv, av = mean_curve(pv)
+            target = max(ab)
+            nb, nv = first_reach(sb, ab, target), first_reach(sv, av, target)
+            ratio = f"{nv / nb:.2f}" if nv and nb else "—"
+            lines.append(
+                f"| {PAIR_LABEL[pair]} | {b} | {pct(target)} | {nb} | "
+                f"{nv if nv else '—'} | {ratio} | {pct(max(av))} |"
+            )
         lines.append("")
         big = max(batches)
         name = f"curves_{ds}_b{big}.png"
@@ -204,10 +186,7 @@ def plot_acc_vs_batch(sweep, ds, path):
             for row, metric in ((0, "test_acc"), (1, "gap")):
                 xs, ms, ss = [], [], []
                 for b in batches:
-                    kw = dict(dataset=ds, pair=pair, side=side, batch=b, replicas=cfg["replicas"])
-                    if side == "vr":
-                        kw["gamma"] = 0.1
-                    rs = select(runs, **kw)
+                    rs = select_side(runs, cfg, ds, pair, side, b)
                     if not rs:
                         continue
                     v = [r["final"][metric] for r in rs]
@@ -251,10 +230,7 @@ def plot_curves(sweep, ds, batch, path):
             ("base", "tab:blue", PAIR_LABEL[pair]),
             ("vr", "tab:red", VR_LABEL[pair]),
         ):
-            kw = dict(dataset=ds, pair=pair, side=side, batch=batch, replicas=cfg["replicas"])
-            if side == "vr":
-                kw["gamma"] = 0.1
-            rs = select(runs, **kw)
+            rs = select_side(runs, cfg, ds, pair, side, batch)
             for r in rs:
                 ax.plot(
                     [c["step"] for c in r["curve"]],

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from report.common import VR_LABEL, main_runs, pyplot, select
+from report.common import VR_LABEL, main_runs, pyplot, select_side
 
 
 def render(ctx, lines):
@@ -32,15 +32,7 @@ def render(ctx, lines):
     ]
     for pair in cfg["pairs"]:
         for b in b0:
-            vr = select(
-                runs,
-                dataset=ds0,
-                pair=pair,
-                side="vr",
-                batch=b,
-                replicas=cfg["replicas"],
-                gamma=0.1,
-            )
+            vr = select_side(runs, cfg, ds0, pair, "vr", b)
             vr = [r for r in vr if r["gsnr"]]
             if not vr:
                 continue
@@ -74,9 +66,7 @@ def plot_gsnr(sweep, ds, batches, pairs, path):
     cols = [(p, b) for p in pairs for b in batches]
     fig, axes = plt.subplots(2, len(cols), figsize=(3.4 * len(cols), 6.0), squeeze=False)
     for j, (pair, batch) in enumerate(cols):
-        rs = select(
-            runs, dataset=ds, pair=pair, side="vr", batch=batch, replicas=cfg["replicas"], gamma=0.1
-        )
+        rs = select_side(runs, cfg, ds, pair, "vr", batch)
         if not rs or not rs[0]["gsnr"]:
             continue
         r = rs[0]
