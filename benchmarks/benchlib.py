@@ -51,9 +51,7 @@ def strategy_for(k):
     clashes between strategies of different sizes).
     """
     if k not in _STRATEGIES:
-        _STRATEGIES[k] = tf.distribute.MirroredStrategy(
-            [f"/cpu:{i}" for i in range(k)], cross_device_ops=tf.distribute.ReductionToOneDevice()
-        )
+        _STRATEGIES[k] = devices.cpu_strategy(k, argument="--replicas")
     return _STRATEGIES[k]
 
 
@@ -639,9 +637,33 @@ def read_json(path):
         return json.load(f)
 
 
+def apply_quick(quick_overrides):
+    """With ``--quick``, sets every flag of ``quick_overrides`` ({name: value}) that was not
+    given on the command line (sweep.py, overhead.py, groups.py)."""
+    from absl import flags
+
+    if not flags.FLAGS.quick:
+        return
+    for name, value in quick_overrides.items():
+        if not flags.FLAGS[name].present:
+            flags.FLAGS[name].value = value
+
+
 # --------------------------------------------------------------------------------------------
 # Step timing and peak memory (overhead.py, groups.py)
 # --------------------------------------------------------------------------------------------
+
+
+def cpu_memory_info():
+    """``"available"``, or ``"unavailable: <TF's error>"``: whether
+    ``tf.config.experimental.get_memory_info`` works for the CPU (it raises "Allocator stats
+    not available" there, so peak memory is VmHWM instead)."""
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+        return "available"
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable: {e}"
+
 
 #: Prefix of the line on which a child process prints its JSON result.
 RESULT_TAG = "RESULT_JSON:"

@@ -144,14 +144,6 @@ QUICK = dict(
 LR = 1e-3
 
 
-def _apply_quick():
-    if not FLAGS.quick:
-        return
-    for name, value in QUICK.items():
-        if not FLAGS[name].present:
-            FLAGS[name].value = value
-
-
 def _ints(values):
     return [int(v) for v in values]
 
@@ -243,8 +235,7 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
                     continue
                 parts[i].append(g)
                 if squares:
-                    sq = tf.square(tf.convert_to_tensor(g))
-                    sq_sums[i] = sq if sq_sums[i] is None else sq_sums[i] + sq
+                    sq_sums[i] = micro_batches.add_square(sq_sums[i], g)
                     previous.append(sq_sums[i])
                 else:
                     previous += tf.nest.flatten(g, expand_composites=True)
@@ -621,7 +612,7 @@ def memory(log):
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    _apply_quick()
+    benchlib.apply_quick(QUICK)
     benchlib.setup_devices(max(_ints(FLAGS.devices)))
     if FLAGS.child == "bert":
         bert_child()
@@ -629,7 +620,6 @@ def main(argv):
     if FLAGS.child == "memory":
         memory_child()
         return
-    import tensorflow as tf
 
     out = FLAGS.out or os.path.join(
         benchlib.RESULTS_DIR, "groups_quick.json" if FLAGS.quick else "groups.json"
@@ -638,11 +628,7 @@ def main(argv):
     def log(s):
         print(s, flush=True)
 
-    try:
-        tf.config.experimental.get_memory_info("CPU:0")
-        meminfo = "available"
-    except Exception as e:  # noqa: BLE001
-        meminfo = f"unavailable: {e}"
+    meminfo = benchlib.cpu_memory_info()
     doc = {
         "kind": "groups",
         "command": benchlib.command_line(),

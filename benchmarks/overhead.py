@@ -127,14 +127,6 @@ QUICK = dict(
 TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
 
 
-def _apply_quick():
-    if not FLAGS.quick:
-        return
-    for name, value in QUICK.items():
-        if not FLAGS[name].present:
-            FLAGS[name].value = value
-
-
 # --------------------------------------------------------------------------------------------
 # Keras 3 timing
 # --------------------------------------------------------------------------------------------
@@ -399,14 +391,13 @@ def memory_runs(log):
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    _apply_quick()
+    import benchlib
+
+    benchlib.apply_quick(QUICK)
     if FLAGS.child:
         child_main()
         return
-    import benchlib
-
     benchlib.setup_devices(FLAGS.replicas)
-    import tensorflow as tf
 
     out = FLAGS.out or os.path.join(
         benchlib.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json"
@@ -418,11 +409,7 @@ def main(argv):
     def log(s):
         print(s, flush=True)
 
-    try:
-        tf.config.experimental.get_memory_info("CPU:0")
-        meminfo = "available"
-    except Exception as e:  # noqa: BLE001
-        meminfo = f"unavailable: {e}"
+    meminfo = benchlib.cpu_memory_info()
     doc = {
         "kind": "overhead",
         "command": benchlib.command_line(),

@@ -101,20 +101,12 @@ QUICK = dict(
 )
 
 
-def _apply_quick():
-    """--quick overrides every flag of QUICK that was not given on the command line."""
-    if not FLAGS.quick:
-        return
-    for name, value in QUICK.items():
-        if not FLAGS[name].present:
-            FLAGS[name].value = value
-
-
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    _apply_quick()
     import benchlib
+
+    benchlib.apply_quick(QUICK)
 
     k_values = sorted({int(k) for k in FLAGS.k_values} | {FLAGS.replicas})
     need = max(k_values) if "k" in FLAGS.experiments else FLAGS.replicas

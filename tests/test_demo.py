@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
+from vrgd_tf import devices
 from vrgd_tf.demo import digits_large_batch as demo
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -160,6 +161,13 @@ class DigitsDemoTest(tf.test.TestCase):
         self.assertLen(demo.configure_logical_cpus(2), 2)
         with self.assertRaisesRegex(ValueError, "--replicas=1000"):
             demo.configure_logical_cpus(1000)
+        strategy = devices.cpu_strategy(2, argument="--replicas")
+        self.assertEqual(strategy.num_replicas_in_sync, 2)
+        self.assertIsInstance(
+            strategy.extended._cross_device_ops, tf.distribute.ReductionToOneDevice
+        )
+        with self.assertRaisesRegex(ValueError, "--replicas"):
+            devices.cpu_strategy(0, argument="--replicas")
 
 
 class DemoConfigValidationTest(tf.test.TestCase):
@@ -174,6 +182,12 @@ class DemoConfigValidationTest(tf.test.TestCase):
             (dict(epochs=5, warmup_epochs=5), "--warmup_epochs"),
             (dict(lamb_learning_rate=-1.0), "--lamb_learning_rate"),
             (dict(hidden_units=()), "--hidden_units"),
+            (dict(replicas=True), "--replicas"),
+            (dict(gamma=float("nan")), "--gamma"),
+            (dict(lars_learning_rate=float("inf")), "--lars_learning_rate"),
+            (dict(lars_eeta=-0.1), "--lars_eeta"),
+            (dict(test_size=1698), "--test_size"),
+            (dict(keras_verbose=3), "--keras_verbose"),
         ]
         for kwargs, message in cases:
             with self.subTest(kwargs=kwargs):
@@ -193,6 +207,9 @@ class DemoConfigValidationTest(tf.test.TestCase):
         with flagsaver.flagsaver():
             with self.assertRaises(flags.IllegalFlagValueError):
                 flags.FLAGS(["demo", "--optimizers=lamb,sgd"])
+        with flagsaver.flagsaver():
+            with self.assertRaisesRegex(flags.IllegalFlagValueError, "--hidden_units"):
+                flags.FLAGS(["demo", "--hidden_units=16,x"])
         with flagsaver.flagsaver():
             flags.FLAGS(
                 [

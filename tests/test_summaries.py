@@ -299,6 +299,48 @@ class SummariesTest(tf.test.TestCase):
         self.assertIn("AFTER True", out)
 
 
+class AllWeightsStatisticsTest(tf.test.TestCase):
+    """summaries.all_weights_statistics: element-weighted fractions over all weights."""
+
+    def test_weighted_by_variable_size_against_the_numpy_reference(self):
+        k, n = 4, 32
+        rng = np.random.RandomState(1)
+        x = rng.randn(n, 5).astype(np.float32)
+        y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
+        with util.strategy_for(k).scope():
+            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, name="d")])
+            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss="mse")
+        w = model.layers[0].kernel.numpy().astype(np.float64)
+        bias = model.layers[0].bias.numpy().astype(np.float64)
+        self.assertIsNone(
+            summaries.all_weights_statistics(model.optimizer, model.trainable_variables)
+        )  # not built yet
+        model.fit(x, y, batch_size=n, epochs=1, verbose=0, shuffle=False)
+        b = n // k
+        shards = [slice(d * b, (d + 1) * b) for d in range(k)]
+        residuals = [x[s] @ w + bias - y[s] for s in shards]  # mse: d/dout = 2 r / (b * 2)
+        g_kernel = np.stack([x[s].T @ r / b / k for s, r in zip(shards, residuals)])
+        g_bias = np.stack([r.sum(axis=0) / b / k for r in residuals])
+        kernel = ref.gsnr_statistics(g_kernel, 0.1)  # (mean GSNR, at gamma, at 1, factor)
+        bias_ref = ref.gsnr_statistics(g_bias, 0.1)
+        got = summaries.all_weights_statistics(model.optimizer, model.trainable_variables)
+        self.assertAllClose(got["frac_at_gamma"], (10 * kernel[1] + 2 * bias_ref[1]) / 12)
+        self.assertAllClose(got["frac_at_one"], (10 * kernel[2] + 2 * bias_ref[2]) / 12)
+        self.assertAllClose(
+            got["mean_gsnr_over_variables"], (kernel[0] + bias_ref[0]) / 2, rtol=1e-4
+        )
+        # Variables the optimizer does not train count nothing; a base optimizer gives None.
+        stray = tf.Variable(tf.zeros([1000]))
+        self.assertEqual(
+            summaries.all_weights_statistics(model.optimizer, [*model.trainable_variables, stray]),
+            got,
+        )
+        self.assertIsNone(summaries.all_weights_statistics(model.optimizer, [stray]))
+        self.assertIsNone(
+            summaries.all_weights_statistics(keras.optimizers.SGD(), model.trainable_variables)
+        )
+
+
 class _Wrapper:
     """A stand-in wrapper optimizer (``inner_optimizer``), for nesting."""
 

@@ -5,6 +5,8 @@ import importlib.util
 import numpy as np
 import tensorflow as tf
 
+from vrgd_tf import devices
+
 # The tf_keras family needs the model_garden extra (tf-keras, tf-models-official); .ci/compat
 # runs the Keras 3 family's tests without it, where the tf_keras cases skip.
 HAS_TF_KERAS = all(importlib.util.find_spec(m) is not None for m in ("tf_keras", "official"))
@@ -17,15 +19,9 @@ def skip_without_tf_keras(test):
 
 
 def strategy_for(k):
-    """MirroredStrategy over the first k logical CPUs (k=1: one device).
-
-    ReductionToOneDevice: collective all-reduce keys clash between strategies of different
-    sizes in one process, and the sums are the same.
-    """
-    devices = [f"/cpu:{i}" for i in range(k)]
-    return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
-    )
+    """MirroredStrategy over the first k logical CPUs (k=1: one device), with
+    ReductionToOneDevice (:func:`vrgd_tf.devices.cpu_strategy`)."""
+    return devices.cpu_strategy(k, argument="k")
 
 
 def replica_values(var):

@@ -4,14 +4,14 @@ TensorFlow can split its CPU into several logical devices, so that ``MirroredStr
 one replica per device and VRGD sees several replicas on a laptop or a CI runner. The split
 must be made before TensorFlow initialises its runtime (before the first op, strategy or
 device listing). The demo, ``tpu_scripts/train.py``, the benchmarks and the tests all use
-:func:`split_cpu`.
+:func:`split_cpu`, and :func:`cpu_strategy` for a ``MirroredStrategy`` over those devices.
 """
 
 from typing import List
 
 import tensorflow as tf
 
-__all__ = ["split_cpu"]
+__all__ = ["split_cpu", "cpu_strategy"]
 
 
 def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
@@ -56,3 +56,28 @@ def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
             "anything else touches TensorFlow (in a fresh process), or use fewer."
         )
     return [d.name for d in logical[:num_devices]]
+
+
+def cpu_strategy(
+    num_replicas: int, *, argument: str = "num_replicas"
+) -> tf.distribute.MirroredStrategy:
+    """A ``MirroredStrategy`` over the first ``num_replicas`` logical CPUs (:func:`split_cpu`).
+
+    Its all-reduce is ``tf.distribute.ReductionToOneDevice``: on CPU, the collective
+    all-reduce keys of several strategies of different sizes in one process can clash; the
+    sums are the same.
+
+    Args:
+      num_replicas: int >= 1, the replicas in sync.
+      argument: the user-facing name of ``num_replicas``, quoted in errors.
+
+    Returns:
+      The strategy, ``num_replicas_in_sync == num_replicas``.
+
+    Raises:
+      ValueError: as :func:`split_cpu` (``num_replicas`` < 1, or too few logical CPUs).
+    """
+    return tf.distribute.MirroredStrategy(
+        split_cpu(num_replicas, argument=argument),
+        cross_device_ops=tf.distribute.ReductionToOneDevice(),
+    )

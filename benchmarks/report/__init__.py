@@ -1,0 +1,14 @@
+"""The sections of ``docs/results.md``, one module each, in report order.
+
+Each section module has ``render(ctx, lines)``: it reads its results JSON through
+``ctx.result(stem)`` (:class:`report.common.Context`), returns at once if there is none, and
+otherwise appends its Markdown lines to ``lines`` and writes its PNGs to ``ctx.img_dir``.
+A section may define its own absl flags. ``benchmarks/render.py`` calls the sections in the
+order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and add
+``"<name>"`` to that tuple.
+"""
+
+import importlib
+
+SECTION_NAMES = ("sweep", "sweep_gsnr", "ablations", "bert", "overhead", "groups", "lr_probe")
+SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)
