@@ -240,14 +240,18 @@ def gsnr_factors_flat(
 
 
 def _factors(
-    s1, s2, sizes, num_replicas, gamma
-) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+    s1, s2, sizes, num_replicas, gamma, stat_sizes=None
+) -> Tuple[tf.Tensor, tf.Tensor, Callable[..., tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
 
     Returns ``(factor, num_defined, make_statistics)``: ``num_defined`` is float32 ``[n]``,
-    the number of elements of each variable with a defined GSNR; ``make_statistics(applied)``
-    takes the factor actually applied (``[N]``, after any smoothing) and returns the
-    ``[n, NUM_STATISTICS]`` diagnostics.
+    the number of elements of each variable with a defined GSNR;
+    ``make_statistics(applied, extra=None)`` takes the factor actually applied (``[N]``,
+    after any smoothing) and returns the ``[n, NUM_STATISTICS]`` diagnostics. The fractions
+    are over ``stat_sizes`` elements per variable (default ``sizes``); ``extra``, float32
+    ``[n, 2]``, is added to the per-variable counts of elements at factor 1 and sums of the
+    applied factor: the elements a sparse variable's slots do not hold (see
+    :func:`_sparse_statistics`).
     """
     k = float(num_replicas)
     # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
@@ -269,20 +273,24 @@ def _factors(
     use = defined & _per_element(usable, sizes)
     factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), tf.ones_like(normalised))
 
-    def make_statistics(applied):
-        size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
+    def make_statistics(applied, extra=None):
+        full = sizes if stat_sizes is None else stat_sizes
+        size_f = tf.constant(np.maximum(np.asarray(full, np.float32), 1.0))
+        at_one_sum = _sum_per_variable(tf.cast(factor >= 1.0, tf.float32), sizes)
+        applied_sum = _sum_per_variable(applied, sizes)
+        if extra is not None:
+            at_one_sum, applied_sum = at_one_sum + extra[:, 0], applied_sum + extra[:, 1]
         at_gamma = (
             tf.cast(use & (normalised <= gamma), tf.float32)
             if gamma < 1.0
             else tf.zeros_like(factor)
         )
-        at_one = tf.cast(factor >= 1.0, tf.float32)
         return tf.stack(
             [
                 mean_ratio,
                 _sum_per_variable(at_gamma, sizes) / size_f,
-                _sum_per_variable(at_one, sizes) / size_f,
-                _sum_per_variable(applied, sizes) / size_f,
+                at_one_sum / size_f,
+                applied_sum / size_f,
             ],
             axis=1,
         )
@@ -542,20 +550,43 @@ def variance_reduce(
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if grads else []
     if not grads:
         return []
-    s1, s2, sizes, dense, sparse_sums = sum_with_squares(
-        grads, sq_sums=sq_sums, replica_context=ctx
-    )
+    n = len(grads)
+    on_sparse_path = [
+        sq_sums is None and _sparse_path_applies(g, v) for g, v in zip(grads, variables)
+    ]
+    dense_at = [i for i in range(n) if not on_sparse_path[i]]
+    sparse_at = [i for i in range(n) if on_sparse_path[i]]
+    order = dense_at + sparse_at  # packing order: dense variables first
+    if dense_at:
+        s1, s2, sizes, dense, sparse_sums = sum_with_squares(
+            [grads[i] for i in dense_at],
+            sq_sums=None if sq_sums is None else [sq_sums[i] for i in dense_at],
+            replica_context=ctx,
+        )
+    else:
+        s1 = s2 = tf.zeros([0], tf.float32)
+        sizes, dense, sparse_sums = [], [], []
+    rows = _sparse_statistics([grads[i] for i in sparse_at], [variables[i] for i in sparse_at], ctx)
+    stat_sizes = list(sizes) + [r.full_size for r in rows]
+    sizes = list(sizes) + [r.slot_size for r in rows]
+    if rows:
+        s1 = tf.concat([s1] + [r.s1 for r in rows], 0)
+        s2 = tf.concat([s2] + [r.s2 for r in rows], 0)
     sparse_sums = iter(sparse_sums)
-    factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
+    factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma, stat_sizes)
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
     all_finite = tf.reduce_all(tf.math.is_finite(s1))
     if warn_inert is not None:
         warn_inert(tf.logical_and(all_finite, tf.equal(tf.reduce_sum(num_defined), 0.0)))
-    index = [state.index(v) for v in variables]
+    index = [state.index(variables[i]) for i in order]
+    num_dense = len(dense_at)
+    new_correction = None
     if beta_3 > 0.0:
-        old_deficit = tf.concat([tf.reshape(state.deficits[j], [-1]) for j in index], 0)
+        old_parts = [tf.reshape(state.deficits[j], [-1]) for j in index[:num_dense]]
+        old_parts += [r.gather_rows(state.deficits[j]) for r, j in zip(rows, index[num_dense:])]
+        old_deficit = tf.concat(old_parts, 0)
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
         factor, new_deficit, _ = smooth_factor(
             factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma
@@ -563,12 +594,27 @@ def variance_reduce(
         new_correction = _next_correction(old_correction, beta_3)  # per variable
         new_deficit = tf.where(all_finite, new_deficit, old_deficit)
         new_correction = tf.where(all_finite, new_correction, old_correction)
-        for j, part, c in zip(index, tf.split(new_deficit, sizes), tf.unstack(new_correction)):
+        parts = tf.split(new_deficit, sizes)
+        for j, part in zip(index[:num_dense], parts):
             state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
+        for r, j, part in zip(rows, index[num_dense:], parts[num_dense:]):
+            r.update_rows(state.deficits[j], part, tf.where(all_finite, beta_3, 1.0))
+        for j, c in zip(index, tf.unstack(new_correction)):
             state.corrections[j].assign(c)
 
     def record():
-        stats = make_statistics(factor)
+        extra = None
+        if rows:
+            extra = [tf.zeros([2]) for _ in range(num_dense)]
+            for i, (r, j) in enumerate(zip(rows, index[num_dense:])):
+                if beta_3 > 0.0:
+                    extra.append(
+                        r.untouched_statistics(state.deficits[j], new_correction[num_dense + i])
+                    )
+                else:
+                    extra.append(r.untouched_statistics(None, None))
+            extra = tf.stack(extra)
+        stats = make_statistics(factor, extra)
         for j, row in zip(index, tf.unstack(stats, num=len(index))):
             state.statistics[j].assign(row)
         return tf.constant(True)
@@ -578,13 +624,193 @@ def variance_reduce(
     elif record_statistics is not False:
         tf.cond(tf.logical_and(all_finite, record_statistics), record, lambda: tf.constant(False))
 
-    out = []
-    for g, d, f, part in zip(grads, dense, tf.split(factor, sizes), tf.split(s1, sizes)):
+    out = [None] * n
+    factors, s1_parts = tf.split(factor, sizes), tf.split(s1, sizes)
+    for pos, g, d, f, part in zip(dense_at, [grads[i] for i in dense_at], dense, factors, s1_parts):
         f = tf.reshape(f, tf.shape(d))
         if isinstance(g, tf.IndexedSlices):
-            out.append(_scale_rows(next(sparse_sums), f))
+            out[pos] = _scale_rows(next(sparse_sums), f)
         else:
-            out.append(tf.cast(f * tf.reshape(part, tf.shape(d)), d.dtype))
+            out[pos] = tf.cast(f * tf.reshape(part, tf.shape(d)), d.dtype)
+    for pos, r, f, part in zip(sparse_at, rows, factors[num_dense:], s1_parts[num_dense:]):
+        out[pos] = r.output(f * part)
+    return out
+
+
+def _sparse_path_applies(grad, variable) -> bool:
+    """Whether ``grad`` takes the sparse statistics (:func:`_sparse_statistics`): a
+    ``tf.IndexedSlices`` with a static number (>= 1) of rank-1 indices and static row
+    shape, for a variable of static shape."""
+    if not isinstance(grad, tf.IndexedSlices):
+        return False
+    shape = tf.TensorShape(variable.shape)
+    return (
+        shape.rank is not None
+        and shape.rank >= 1
+        and shape.is_fully_defined()
+        and grad.indices.shape.rank == 1
+        and grad.indices.shape[0] is not None
+        and grad.indices.shape[0] >= 1
+        and grad.values.shape[1:].is_fully_defined()
+        and grad.values.shape[1:].num_elements() == shape[1:].num_elements()
+    )
+
+
+def _unique_rows(indices, values, sentinel):
+    """Sums the rows of ``values`` with equal ``indices``, static shapes throughout.
+
+    Args:
+      indices: int tensor ``[m]`` (static ``m``), values in ``[0, sentinel]``.
+      values: float32 ``[m, w]``.
+      sentinel: Python int, the index that marks an empty slot.
+
+    Returns:
+      ``(unique, summed)``: ``[m]`` and ``[m, w]``. Slot ``s`` holds the ``s``-th smallest
+      distinct index and the sum of its rows, in the order they appear in ``indices``
+      (``unsorted_segment_sum``); the slots after the last distinct index hold ``sentinel``
+      and zeros. A stable sort and a cumulative sum instead of ``tf.unique``, so that no
+      shape depends on the data (XLA, TPU).
+    """
+    m = indices.shape[0]
+    order = tf.argsort(indices, stable=True)
+    in_order = tf.gather(indices, order)
+    first = tf.concat([tf.ones([1], tf.bool), in_order[1:] != in_order[:-1]], 0)
+    slot_in_order = tf.cumsum(tf.cast(first, tf.int32)) - 1
+    slot = tf.scatter_nd(order[:, None], slot_in_order, [m])
+    summed = tf.math.unsorted_segment_sum(values, slot, m)
+    unique = tf.math.unsorted_segment_max(in_order, slot_in_order, m)
+    used = tf.range(m) <= slot_in_order[-1]
+    return tf.where(used, unique, tf.constant(sentinel, indices.dtype)), summed
+
+
+@dataclasses.dataclass
+class _SparseRows:
+    """The cross-replica statistics of one sparse gradient on the union of its rows.
+
+    ``indices`` ``[M]`` (``M = R * m``: replicas times the static rows per replica) holds
+    the rows touched on any replica, ascending, then ``sentinel`` (= the variable's row
+    count) in empty slots; ``s1``, ``s2`` are float32 ``[M * width]``: the sums over
+    replicas of each replica's row (duplicates summed per replica) and of its square, zero
+    in empty slots (undefined GSNR, factor 1, as rows no replica touched on the dense path).
+    """
+
+    indices: tf.Tensor
+    s1: tf.Tensor
+    s2: tf.Tensor
+    width: int
+    num_rows: int
+    row_shape: tf.TensorShape
+    dtype: tf.DType
+    dense_shape: object
+
+    @property
+    def slot_size(self) -> int:
+        return int(self.indices.shape[0]) * self.width
+
+    @property
+    def full_size(self) -> int:
+        return self.num_rows * self.width
+
+    @property
+    def valid(self) -> tf.Tensor:
+        return self.indices < self.num_rows
+
+    def _safe_indices(self):
+        """The indices with empty slots pointing at slot 0's row (always a touched row)."""
+        return tf.where(self.valid, self.indices, self.indices[0])
+
+    def gather_rows(self, deficit) -> tf.Tensor:
+        """float32 ``[M * width]``: the rows of ``deficit``; 0 in empty slots."""
+        got = tf.gather(deficit, self._safe_indices())
+        got = tf.reshape(got, [-1, self.width])
+        return tf.reshape(tf.where(self.valid[:, None], got, 0.0), [-1])
+
+    def update_rows(self, deficit, new_rows, decay) -> None:
+        """``deficit *= decay`` (rows no replica touched: ``d_t = beta_3 d_{t-1}``, as the
+        dense path's ``f = 1`` gives), then the touched rows set to ``new_rows``."""
+        deficit.assign(deficit * decay)
+        rows = tf.reshape(new_rows, [-1, self.width])
+        rows = tf.where(self.valid[:, None], rows, rows[:1])  # empty slots repeat slot 0
+        rows = tf.reshape(rows, [-1] + self.row_shape.as_list())
+        tf.raw_ops.ResourceScatterUpdate(
+            resource=deficit.handle, indices=self._safe_indices(), updates=rows
+        )
+
+    def untouched_statistics(self, deficit, correction) -> tf.Tensor:
+        """float32 ``[2]``: what the rows outside the slots add to the count of elements at
+        factor 1 and to the sum of the applied factor (the dense path's values for them:
+        factor 1, and ``1 - d_t / c_t`` with ``beta_3 > 0``). Empty slots already count as
+        1 in both, hence ``num_rows - M`` rows."""
+        missing = float(self.full_size - self.slot_size)
+        applied = tf.constant(missing)
+        if deficit is not None:
+            touched = tf.reduce_sum(
+                tf.where(
+                    self.valid[:, None],
+                    tf.reshape(self.gather_rows(deficit), [-1, self.width]),
+                    0.0,
+                )
+            )
+            untouched = tf.reduce_sum(tf.convert_to_tensor(deficit)) - touched
+            applied = applied - untouched / correction
+        return tf.stack([tf.constant(missing), applied])
+
+    def output(self, scaled) -> tf.IndexedSlices:
+        """The variance-reduced gradient: the union rows times their factor (``scaled``,
+        float32 ``[M * width]``), in the gradient's dtype; empty slots are zero rows at
+        slot 0's index, so a base rule that sums duplicate rows is unaffected."""
+        values = tf.reshape(tf.cast(scaled, self.dtype), [-1] + self.row_shape.as_list())
+        return tf.IndexedSlices(values, self._safe_indices(), self.dense_shape)
+
+
+def _sparse_statistics(grads, variables, replica_context) -> List[_SparseRows]:
+    """Exact GSNR sums of sparse gradients on the rows some replica touched.
+
+    Per replica, the rows with equal indices are summed (:func:`_unique_rows`) into the
+    gradient's static row count ``m``; one ``replica_context.all_gather`` call (axis 0)
+    gathers, for all of ``grads`` at once, these indices and the float32 rows packed with
+    their squares, ``[R * m]`` and ``[R * m, 2 width]``; the union of the indices (another
+    :func:`_unique_rows`) sums them across replicas. Rows no replica touched never appear:
+    nothing of the variable's dense shape is formed. Numerically the dense path's ``S1``
+    and ``S2`` on those rows (the order of the float32 sums may differ).
+
+    Args:
+      grads: ``tf.IndexedSlices`` for which :func:`_sparse_path_applies` holds.
+      variables: their variables.
+      replica_context: the ``tf.distribute.ReplicaContext``.
+
+    Returns:
+      One :class:`_SparseRows` per gradient.
+    """
+    if not grads:
+        return []
+    local = []
+    metas = []
+    for g, v in zip(grads, variables):
+        shape = tf.TensorShape(v.shape)
+        num_rows, row_shape = int(shape[0]), shape[1:]
+        width = max(int(row_shape.num_elements()), 1)
+        values = tf.reshape(tf.cast(g.values, tf.float32), [-1, width])
+        unique, summed = _unique_rows(g.indices, values, num_rows)
+        local += [unique, tf.concat([summed, tf.square(summed)], 1)]
+        dense_shape = g.dense_shape if g.dense_shape is not None else shape.as_list()
+        metas.append((width, num_rows, row_shape, g.values.dtype, dense_shape))
+    gathered = replica_context.all_gather(local, axis=0)
+    out = []
+    for i, (width, num_rows, row_shape, dtype, dense_shape) in enumerate(metas):
+        unique, summed = _unique_rows(gathered[2 * i], gathered[2 * i + 1], num_rows)
+        out.append(
+            _SparseRows(
+                indices=unique,
+                s1=tf.reshape(summed[:, :width], [-1]),
+                s2=tf.reshape(summed[:, width:], [-1]),
+                width=width,
+                num_rows=num_rows,
+                row_shape=row_shape,
+                dtype=dtype,
+                dense_shape=dense_shape,
+            )
+        )
     return out
 
 
