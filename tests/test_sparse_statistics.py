@@ -83,17 +83,13 @@ VOCAB, WIDTH = 1000, 4
 
 
 def local_rows(idx, val):
-    """NumPy: what a replica gathers: its distinct rows (ascending, duplicates summed) and
-    their squares, padded to its row count with the sentinel index VOCAB and zeros."""
-    u = np.unique(idx)
-    summed = np.stack([val[idx == i].sum(0) for i in u])
-    m, w = val.shape
-    out_idx = np.full([m], VOCAB, np.int64)
-    out_idx[: len(u)] = u
-    out_val = np.zeros([m, 2 * w], np.float32)
-    out_val[: len(u), :w] = summed
-    out_val[: len(u), w:] = summed * summed
-    return out_idx, out_val
+    """NumPy: what a replica gathers: its rows, and at each index's first occurrence the
+    square of the sum of that index's rows (zeros elsewhere)."""
+    squares = np.zeros_like(val)
+    for i in np.unique(idx):
+        at = np.flatnonzero(idx == i)
+        squares[at[0]] = np.square(val[at].sum(0))
+    return idx, np.concatenate([val, squares], 1)
 
 
 def densify(idx, val):

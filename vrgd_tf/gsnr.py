@@ -632,8 +632,8 @@ def variance_reduce(
             out[pos] = _scale_rows(next(sparse_sums), f)
         else:
             out[pos] = tf.cast(f * tf.reshape(part, tf.shape(d)), d.dtype)
-    for pos, r, f, part in zip(sparse_at, rows, factors[num_dense:], s1_parts[num_dense:]):
-        out[pos] = r.output(f * part)
+    for pos, r, f in zip(sparse_at, rows, factors[num_dense:]):
+        out[pos] = r.output(f)
     return out
 
 
@@ -660,27 +660,31 @@ def _unique_rows(indices, values, sentinel):
     """Sums the rows of ``values`` with equal ``indices``, static shapes throughout.
 
     Args:
-      indices: int tensor ``[m]`` (static ``m``), values in ``[0, sentinel]``.
+      indices: int tensor ``[m]`` (static ``m``), values in ``[0, sentinel)``.
       values: float32 ``[m, w]``.
       sentinel: Python int, the index that marks an empty slot.
 
     Returns:
-      ``(unique, summed)``: ``[m]`` and ``[m, w]``. Slot ``s`` holds the ``s``-th smallest
-      distinct index and the sum of its rows, in the order they appear in ``indices``
-      (``unsorted_segment_sum``); the slots after the last distinct index hold ``sentinel``
-      and zeros. A stable sort and a cumulative sum instead of ``tf.unique``, so that no
-      shape depends on the data (XLA, TPU).
+      ``(unique, summed, slot, first)``: ``unique`` ``[m]`` and ``summed`` ``[m, w]``: slot
+      ``s`` holds the ``s``-th smallest distinct index and the sum of its rows, in the order
+      they appear in ``indices`` (``unsorted_segment_sum``), and the slots after the last
+      distinct index hold ``sentinel`` and zeros; ``slot`` ``[m]`` int32, the slot of each
+      input row; ``first`` ``[m]`` bool, whether the row is its index's first occurrence. A
+      stable sort and a cumulative sum instead of ``tf.unique``, so that no shape depends on
+      the data (XLA, TPU).
     """
     m = indices.shape[0]
     order = tf.argsort(indices, stable=True)
     in_order = tf.gather(indices, order)
-    first = tf.concat([tf.ones([1], tf.bool), in_order[1:] != in_order[:-1]], 0)
-    slot_in_order = tf.cumsum(tf.cast(first, tf.int32)) - 1
+    first_in_order = tf.concat([tf.ones([1], tf.bool), in_order[1:] != in_order[:-1]], 0)
+    slot_in_order = tf.cumsum(tf.cast(first_in_order, tf.int32)) - 1
     slot = tf.scatter_nd(order[:, None], slot_in_order, [m])
+    first = tf.scatter_nd(order[:, None], tf.cast(first_in_order, tf.int32), [m]) > 0
     summed = tf.math.unsorted_segment_sum(values, slot, m)
     unique = tf.math.unsorted_segment_max(in_order, slot_in_order, m)
     used = tf.range(m) <= slot_in_order[-1]
-    return tf.where(used, unique, tf.constant(sentinel, indices.dtype)), summed
+    unique = tf.where(used, unique, tf.constant(sentinel, indices.dtype))
+    return unique, summed, slot, first
 
 
 @dataclasses.dataclass
@@ -688,15 +692,21 @@ class _SparseRows:
     """The cross-replica statistics of one sparse gradient on the union of its rows.
 
     ``indices`` ``[M]`` (``M = R * m``: replicas times the static rows per replica) holds
-    the rows touched on any replica, ascending, then ``sentinel`` (= the variable's row
-    count) in empty slots; ``s1``, ``s2`` are float32 ``[M * width]``: the sums over
-    replicas of each replica's row (duplicates summed per replica) and of its square, zero
-    in empty slots (undefined GSNR, factor 1, as rows no replica touched on the dense path).
+    the rows touched on any replica, ascending, then ``num_rows`` in empty slots; ``s1``,
+    ``s2`` are float32 ``[M * width]``: the sums over replicas of each replica's row
+    (duplicates summed per replica) and of its square, zero in empty slots (undefined GSNR,
+    factor 1, as rows no replica touched on the dense path). ``gathered_indices`` ``[M]``,
+    ``gathered_values`` float32 ``[M, width]`` and ``gathered_slot`` ``[M]`` are every
+    replica's rows as the replicas sent them (what the strategy's sparse SUM gathers) and
+    the slot of each.
     """
 
     indices: tf.Tensor
     s1: tf.Tensor
     s2: tf.Tensor
+    gathered_indices: tf.Tensor
+    gathered_values: tf.Tensor
+    gathered_slot: tf.Tensor
     width: int
     num_rows: int
     row_shape: tf.TensorShape
@@ -720,14 +730,13 @@ class _SparseRows:
         return tf.where(self.valid, self.indices, self.indices[0])
 
     def gather_rows(self, deficit) -> tf.Tensor:
-        """float32 ``[M * width]``: the rows of ``deficit``; 0 in empty slots."""
-        got = tf.gather(deficit, self._safe_indices())
-        got = tf.reshape(got, [-1, self.width])
+        """float32 ``[M * width]``: the slots' rows of ``deficit``; 0 in empty slots."""
+        got = tf.reshape(tf.gather(deficit, self._safe_indices()), [-1, self.width])
         return tf.reshape(tf.where(self.valid[:, None], got, 0.0), [-1])
 
     def update_rows(self, deficit, new_rows, decay) -> None:
-        """``deficit *= decay`` (rows no replica touched: ``d_t = beta_3 d_{t-1}``, as the
-        dense path's ``f = 1`` gives), then the touched rows set to ``new_rows``."""
+        """``deficit *= decay`` (rows no replica touched: ``d_t = beta_3 d_{t-1}``, what the
+        dense path's factor 1 gives), then the touched rows set to ``new_rows``."""
         deficit.assign(deficit * decay)
         rows = tf.reshape(new_rows, [-1, self.width])
         rows = tf.where(self.valid[:, None], rows, rows[:1])  # empty slots repeat slot 0
@@ -739,40 +748,37 @@ class _SparseRows:
     def untouched_statistics(self, deficit, correction) -> tf.Tensor:
         """float32 ``[2]``: what the rows outside the slots add to the count of elements at
         factor 1 and to the sum of the applied factor (the dense path's values for them:
-        factor 1, and ``1 - d_t / c_t`` with ``beta_3 > 0``). Empty slots already count as
-        1 in both, hence ``num_rows - M`` rows."""
-        missing = float(self.full_size - self.slot_size)
-        applied = tf.constant(missing)
+        factor 1, and ``1 - d_t / c_t`` if ``beta_3 > 0``). Empty slots already count as 1
+        in both, hence ``num_rows - M`` rows (may be negative) and the deficit sums."""
+        missing = tf.constant(float(self.full_size - self.slot_size))
+        applied = missing
         if deficit is not None:
-            touched = tf.reduce_sum(
-                tf.where(
-                    self.valid[:, None],
-                    tf.reshape(self.gather_rows(deficit), [-1, self.width]),
-                    0.0,
-                )
-            )
+            touched = tf.reduce_sum(self.gather_rows(deficit))
             untouched = tf.reduce_sum(tf.convert_to_tensor(deficit)) - touched
             applied = applied - untouched / correction
-        return tf.stack([tf.constant(missing), applied])
+        return tf.stack([missing, applied])
 
-    def output(self, scaled) -> tf.IndexedSlices:
-        """The variance-reduced gradient: the union rows times their factor (``scaled``,
-        float32 ``[M * width]``), in the gradient's dtype; empty slots are zero rows at
-        slot 0's index, so a base rule that sums duplicate rows is unaffected."""
-        values = tf.reshape(tf.cast(scaled, self.dtype), [-1] + self.row_shape.as_list())
-        return tf.IndexedSlices(values, self._safe_indices(), self.dense_shape)
+    def output(self, factor) -> tf.IndexedSlices:
+        """Every replica's rows, as the strategy's sparse SUM gathers them, each times its
+        row's factor (``factor``: float32 ``[M * width]``, per slot), in the gradient's
+        dtype. With factor 1 it is exactly what the base optimizer gets without VRGD."""
+        rows = tf.gather(tf.reshape(factor, [-1, self.width]), self.gathered_slot)
+        values = tf.cast(self.gathered_values * rows, self.dtype)
+        values = tf.reshape(values, [-1] + self.row_shape.as_list())
+        return tf.IndexedSlices(values, self.gathered_indices, self.dense_shape)
 
 
 def _sparse_statistics(grads, variables, replica_context) -> List[_SparseRows]:
     """Exact GSNR sums of sparse gradients on the rows some replica touched.
 
-    Per replica, the rows with equal indices are summed (:func:`_unique_rows`) into the
-    gradient's static row count ``m``; one ``replica_context.all_gather`` call (axis 0)
-    gathers, for all of ``grads`` at once, these indices and the float32 rows packed with
-    their squares, ``[R * m]`` and ``[R * m, 2 width]``; the union of the indices (another
-    :func:`_unique_rows`) sums them across replicas. Rows no replica touched never appear:
-    nothing of the variable's dense shape is formed. Numerically the dense path's ``S1``
-    and ``S2`` on those rows (the order of the float32 sums may differ).
+    Per replica, each row keeps its values and carries the square of its index's summed
+    rows at the index's first occurrence (zeros at the others; :func:`_unique_rows`). One
+    ``replica_context.all_gather`` call (axis 0) gathers, for all of ``grads`` at once, the
+    indices ``[R * m]`` and the float32 rows packed with those squares ``[R * m, 2 width]``
+    (``m`` the static rows per replica); the union of the indices (another
+    :func:`_unique_rows`) sums them per row. Rows no replica touched never appear: nothing
+    of the variable's dense shape is formed. These are the dense path's ``S1`` and ``S2``
+    on those rows (float32 sums in the same order).
 
     Args:
       grads: ``tf.IndexedSlices`` for which :func:`_sparse_path_applies` holds.
@@ -791,19 +797,24 @@ def _sparse_statistics(grads, variables, replica_context) -> List[_SparseRows]:
         num_rows, row_shape = int(shape[0]), shape[1:]
         width = max(int(row_shape.num_elements()), 1)
         values = tf.reshape(tf.cast(g.values, tf.float32), [-1, width])
-        unique, summed = _unique_rows(g.indices, values, num_rows)
-        local += [unique, tf.concat([summed, tf.square(summed)], 1)]
+        _, summed, slot, first = _unique_rows(g.indices, values, num_rows)
+        squares = tf.where(first[:, None], tf.gather(tf.square(summed), slot), 0.0)
+        local += [g.indices, tf.concat([values, squares], 1)]
         dense_shape = g.dense_shape if g.dense_shape is not None else shape.as_list()
         metas.append((width, num_rows, row_shape, g.values.dtype, dense_shape))
     gathered = replica_context.all_gather(local, axis=0)
     out = []
     for i, (width, num_rows, row_shape, dtype, dense_shape) in enumerate(metas):
-        unique, summed = _unique_rows(gathered[2 * i], gathered[2 * i + 1], num_rows)
+        indices, packed = gathered[2 * i], gathered[2 * i + 1]
+        unique, summed, slot, _ = _unique_rows(indices, packed, num_rows)
         out.append(
             _SparseRows(
                 indices=unique,
                 s1=tf.reshape(summed[:, :width], [-1]),
                 s2=tf.reshape(summed[:, width:], [-1]),
+                gathered_indices=indices,
+                gathered_values=packed[:, :width],
+                gathered_slot=slot,
                 width=width,
                 num_rows=num_rows,
                 row_shape=row_shape,
