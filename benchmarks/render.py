@@ -29,6 +29,12 @@ flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
 flags.DEFINE_string("overhead", None, "Overhead JSON (default from --quick).")
 flags.DEFINE_string("bert", None, "BERT MLM JSON (default from --quick).")
 flags.DEFINE_string("groups", None, "Micro-batch groups cost JSON (default from --quick).")
+flags.DEFINE_string(
+    "overhead_sparse",
+    None,
+    "Sparse-statistics overhead JSON (overhead.py --models=embedding,bert_tiny; default "
+    "benchmarks/results/overhead_sparse.json, not with --quick).",
+)
 flags.DEFINE_list(
     "lr_probes",
     ["lr_probe.json", "lr_probe_8192.json", "lr_probe_lars.json", "lr_probe_lars_digits.json"],
@@ -1232,6 +1238,65 @@ def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_d
     print(f"updated the results block of {readme}")
 
 
+def sparse_section(sp, lines):
+    """The exact sparse statistics rows (``overhead.py`` run on the embedding model and
+    BERT-tiny): step-time and peak-memory ratios to the base, with ``vr_dense`` (the dense
+    statistics of a sparse gradient, as before) beside ``vr``. Self-contained."""
+    label = dict(VARIANT_LABEL, vr_dense="VR-X with the dense statistics of the sparse gradient")
+    lines += [
+        "## Sparse gradients: exact statistics on the touched rows",
+        "",
+        f"Command: `{sp['command']}`  ",
+        f"Status: {'complete' if sp.get('complete') else '**partial**'}; wall time "
+        f"{sp.get('elapsed_s', 0) / 60:.1f} min; load average at the start "
+        f"{sp.get('environment', {}).get('loadavg_at_start')}.",
+        "",
+        "Method as in the overhead section (variants side by side in one process, ratios "
+        "within a repetition; peak memory VmHWM of one subprocess per variant and "
+        "repetition). `embedding`: a Keras 3 model whose parameters are almost all one "
+        "embedding table with a `tf.IndexedSlices` gradient; `vr_dense` makes that gradient "
+        "dense for the statistics (the library before the sparse statistics). BERT-tiny's "
+        "word embedding gets a dense gradient (its masked-LM head is tied to it), so the "
+        "sparse statistics do not apply there: its rows measure the dense path.",
+        "",
+        "| model | pair | batch | replicas | parameters | variant | step ms (median) | "
+        "ratio median (min / max) | weights vs reference |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for e in sp.get("timing", []):
+        for v, r in e["ratio"].items():
+            wc = e.get("weights_check", {}).get(v)
+            lines.append(
+                f"| {e['model']} | {PAIR_LABEL.get(e['pair'], e['pair'])} | {e['batch']} | "
+                f"{e['replicas']} | {e['params']:,} | {label.get(v, v)} | "
+                f"{e['step_ms'][v]['median']:.1f} | {r['median']:.3f} ({r['min']:.3f} / "
+                f"{r['max']:.3f}) | "
+                + (f"{wc['max_abs_diff_rel']:.1e} vs {wc['vs']}" if wc else "")
+                + " |"
+            )
+    if sp.get("memory"):
+        lines += [
+            "",
+            "| model | pair | batch | variant | base peak MB | variant peak MB | "
+            "peak ratio median (min / max) |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
+        for m in sp["memory"]:
+            for v, r in m.items():
+                if not isinstance(r, dict) or "peak_ratio" not in r:
+                    continue
+                pr = r["peak_ratio"]
+                lines.append(
+                    f"| {m['model']} | {PAIR_LABEL.get(m['pair'], m['pair'])} | {m['batch']} "
+                    f"| {label.get(v, v)} | {m['base_peak_mb_median']:.0f} | "
+                    f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
+                    f"{pr['max']:.3f}) |"
+                )
+    for err in sp.get("bert_errors", []):
+        lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
+    lines.append("")
+
+
 def main(argv):
     del argv
     sweep_path = FLAGS.sweep or os.path.join(
@@ -1265,6 +1330,13 @@ def main(argv):
         bert_section(bert, img_rel, FLAGS.images_dir, body, bert_headline)
     if ov:
         overhead_section(ov, img_rel, FLAGS.images_dir, body, headline_ov)
+    sparse = (
+        None
+        if FLAGS.quick and not FLAGS.overhead_sparse
+        else _load(FLAGS.overhead_sparse or os.path.join(RESULTS, "overhead_sparse.json"))
+    )
+    if sparse and sparse.get("timing"):
+        sparse_section(sparse, body)
     if groups and groups.get("timing"):
         groups_section(groups, img_rel, FLAGS.images_dir, body)
     if probes and not FLAGS.quick:

@@ -49,9 +49,18 @@ All arithmetic is float32 whatever the variable dtype; the result has the gradie
 Precision: the variance comes from one pass over ``S1`` and ``S2``, so its relative error is
 about ``k * eps32 * (1 + r)``; an element with a GSNR of 1e3 has ``r`` to about 1e-4. Such
 elements are almost always clipped at 1; they move the per-variable ``mean(r)`` slightly.
-Nothing here branches in Python on tensor values, and the only collective is one
-``ReplicaContext.all_reduce`` call outside any ``tf.cond``, so the step compiles with XLA and
-runs under ``TPUStrategy``.
+Nothing here branches in Python on tensor values, and the collectives are one
+``ReplicaContext.all_reduce`` call (the dense gradients) and, if there are sparse gradients,
+one ``ReplicaContext.all_gather`` call (their rows), outside any ``tf.cond``, so the step
+compiles with XLA and runs under ``TPUStrategy``.
+
+Sparse gradients (``tf.IndexedSlices``, spec section 4): the statistics are those of the
+dense form, taken exactly on the rows some replica touched (:func:`_sparse_statistics`):
+each replica's rows with the squares of its per-index sums are gathered, ``S1`` and ``S2``
+summed per row of their union, and the GSNR computed there. Untouched rows have an undefined
+GSNR on the dense form too (factor 1, out of ``mean(r)``), so nothing of the variable's
+dense shape is formed; with ``beta_3 > 0`` their deficit decays by ``beta_3`` in place
+(``d_t = beta_3 d_{t-1}``, as a factor of 1 gives), the touched rows are scattered.
 """
 
 import dataclasses
@@ -475,9 +484,18 @@ def variance_reduce(
     gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
     (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
     ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
-    (``sq_sums`` None) the squares are taken here. It makes exactly one
-    ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements),
+    (``sq_sums`` None) the squares are taken here. It makes one
+    ``replica_context.all_reduce(SUM, ...)`` call (if any gradient takes it) over one
+    float32 tensor of shape ``[2 N]``,
+    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements of the
+    dense gradients) and, if ``sq_sums`` is None and there are ``tf.IndexedSlices``
+    gradients with a static number of indices, exactly one
+    ``replica_context.all_gather(..., axis=0)`` call over their indices and their rows
+    packed with squares (``[R * m_i]`` and ``[R * m_i, 2 w_i]`` for ``m_i`` rows of width
+    ``w_i``; :func:`_sparse_statistics`): their statistics are computed on the union of the
+    touched rows only, numerically those of their dense form. Otherwise (micro-batch groups,
+    indices of unknown length) a sparse gradient is made dense for the statistics and its
+    rows go into the all-reduce call as the strategy's sparse SUM. It
     computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
     if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
     ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
@@ -511,9 +529,10 @@ def variance_reduce(
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
       replicas (``k == 1``: the gradients themselves, unchanged) multiplied by the factor.
-      A ``tf.IndexedSlices`` gradient gives what the strategy's own SUM gives for it (under
-      MirroredStrategy an ``IndexedSlices`` of every replica's rows, duplicates kept; the
-      same rows on every replica count) with each row multiplied by its factor row, so the
+      A ``tf.IndexedSlices`` gradient gives what MirroredStrategy's own SUM gives for it, an
+      ``IndexedSlices`` of every replica's rows in replica order, duplicates kept (the same
+      rows on every replica count; on the dense-statistics path, whatever the strategy's SUM
+      gives), with each row multiplied by its factor row, so the
       base optimizer applies its own sparse rule whatever the number of replicas, and
       ``gamma=1, beta_3=0`` hands it exactly what it would get without VRGD. The statistics
       of a sparse gradient are those of its dense form (duplicate rows summed per replica).
