@@ -116,7 +116,9 @@ flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
 # Internal: child processes.
-flags.DEFINE_enum("child", None, ["memory", "bert"], "Internal: run as a child process.")
+flags.DEFINE_enum(
+    "child", None, ["memory", "bert", "embedding"], "Internal: run as a child process."
+)
 flags.DEFINE_string("child_model", None, "Internal.")
 flags.DEFINE_string("child_pair", None, "Internal.")
 flags.DEFINE_string("child_variant", None, "Internal.")
@@ -348,6 +350,38 @@ def bert_timing(strategy, batch, seq, steps, reps, log):
     return res
 
 
+def embedding_timing(doc, out, log, t_start):
+    """The embedding model, timed in one child process per pair and non-base variant, each
+    beside its own base: every variant holds 8 replica copies of the 1M x 32 table and its
+    optimizer state, too many to hold side by side in one process on this machine."""
+    import benchlib
+
+    for pair in FLAGS.embedding_pairs:
+        for v in [v for v in FLAGS.embedding_variants if v != "base"]:
+            log(f"embedding {pair} batch {FLAGS.embedding_batch}, base vs {v} (child):")
+            args = [
+                "--child=embedding",
+                f"--child_pair={pair}",
+                f"--child_variant={v}",
+                f"--replicas={FLAGS.replicas}",
+                f"--reps={FLAGS.reps}",
+                f"--embedding_rows={FLAGS.embedding_rows}",
+                f"--embedding_dim={FLAGS.embedding_dim}",
+                f"--embedding_ids={FLAGS.embedding_ids}",
+                f"--embedding_batch={FLAGS.embedding_batch}",
+                f"--embedding_steps={FLAGS.embedding_steps}",
+            ]
+            try:
+                res, dt = _run_child(args, log)
+                doc["timing"].append(res)
+                log(f"  ({dt:.0f}s) ratio median: {v}={res['ratio'][v]['median']:.3f}")
+            except Exception as e:  # noqa: BLE001
+                doc.setdefault("embedding_errors", []).append(str(e))
+                log(f"  embedding failed: {e}")
+            doc["elapsed_s"] = round(time.time() - t_start, 1)
+            benchlib.write_json(out, doc)
+
+
 # --------------------------------------------------------------------------------------------
 # Children
 # --------------------------------------------------------------------------------------------
@@ -360,6 +394,19 @@ def child_main():
     import tensorflow as tf
 
     strategy = benchlib.strategy_for(FLAGS.replicas)
+    if FLAGS.child == "embedding":
+        res = keras_timing(
+            "embedding",
+            FLAGS.child_pair,
+            FLAGS.embedding_batch,
+            FLAGS.embedding_steps,
+            FLAGS.reps,
+            strategy,
+            lambda s: print(s, file=sys.stderr, flush=True),
+            ["base", FLAGS.child_variant],
+        )
+        benchlib.print_result(res)
+        return
     if FLAGS.child == "bert":
         res = bert_timing(
             strategy,
@@ -538,6 +585,9 @@ def main(argv):
     strategy = benchlib.strategy_for(FLAGS.replicas)
     for model in FLAGS.models:
         if model == "bert_tiny":
+            continue
+        if model == "embedding":
+            embedding_timing(doc, out, log, t_start)
             continue
         pairs = {"cnn1d": FLAGS.pairs, "embedding": FLAGS.embedding_pairs}.get(
             model, FLAGS.resnet_pairs
