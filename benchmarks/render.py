@@ -1257,7 +1257,11 @@ def sparse_section(sp, lines):
         "embedding table with a `tf.IndexedSlices` gradient; `vr_dense` makes that gradient "
         "dense for the statistics (the library before the sparse statistics). BERT-tiny's "
         "word embedding gets a dense gradient (its masked-LM head is tied to it), so the "
-        "sparse statistics do not apply there: its rows measure the dense path.",
+        "sparse statistics do not apply there: its rows measure the dense path. The embedding "
+        "variants are timed one child process each, beside their own base (hence one base row "
+        "per variant). VR-Adam keeps its default `beta_3=0.9`: a float32 deficit of the "
+        "table's shape on every replica (1 GB over 8 replicas here), decayed densely each "
+        "step.",
         "",
         "| model | pair | batch | replicas | parameters | variant | step ms (median) | "
         "ratio median (min / max) | weights vs reference |",
