@@ -21,7 +21,12 @@ Models: ``cnn1d`` (the sweep's 1-D CNN on MNIST-1D shaped input), ``resnet20`` (
 ResNet-20, CIFAR layout, on scikit-learn digits upscaled to 32x32x3) and ``bert_tiny``
 (Model Garden ``BertEncoder`` 2 layers x 128 hidden with ``BertPretrainerV2``'s tied MLM head,
 tf_keras; ``vrgd_tf.tf_keras.VRGDLamb`` vs Model Garden ``lamb.LAMB``; random token ids, run
-in a child process).
+in a child process), and ``embedding``, a recommendation-style Keras 3 model whose
+parameters are almost all one ``--embedding_rows`` x ``--embedding_dim`` table (1M x 32) with a
+``tf.IndexedSlices`` gradient, where ``vr_dense`` (the dense statistics of that gradient, as the
+library computed them before its exact sparse statistics) is timed and measured too. BERT-tiny's
+word embedding gets a *dense* gradient (its MLM head is tied to it), so the sparse statistics do
+not apply there.
 
 Examples:
   python benchmarks/overhead.py --quick
@@ -51,7 +56,7 @@ flags.DEFINE_string(
     None,
     "JSON results. Default benchmarks/results/overhead.json (overhead_quick.json with --quick).",
 )
-flags.DEFINE_list("models", ["cnn1d", "resnet20", "bert_tiny"], "Models to time.")
+flags.DEFINE_list("models", ["cnn1d", "resnet20", "bert_tiny", "embedding"], "Models to time.")
 flags.DEFINE_list("pairs", ["momentum", "adam", "lamb", "lars"], "Pairs for cnn1d.")
 flags.DEFINE_list("resnet_pairs", ["lars", "lamb"], "Pairs for resnet20.")
 flags.DEFINE_list(
@@ -67,7 +72,7 @@ flags.DEFINE_list(
 )
 flags.DEFINE_list(
     "memory_models",
-    ["cnn1d", "resnet20", "bert_tiny"],
+    ["cnn1d", "resnet20", "bert_tiny", "embedding"],
     "Models measured for memory (those also in --models).",
 )
 flags.DEFINE_integer("replicas", 8, "Logical CPU replicas.")
@@ -88,6 +93,22 @@ flags.DEFINE_list("bert_batches", ["64", "512"], "Global batches timed for bert_
 flags.DEFINE_integer("bert_reps", 5, "Timed repetitions, bert_tiny.")
 flags.DEFINE_integer("bert_seq", 128, "Sequence length, bert_tiny.")
 flags.DEFINE_integer("bert_steps", 4, "Steps per timed call, bert_tiny.")
+flags.DEFINE_integer("embedding_rows", 1_000_000, "Rows of the embedding model's table.")
+flags.DEFINE_integer("embedding_dim", 32, "Width of the embedding model's table.")
+flags.DEFINE_integer("embedding_ids", 8, "Token ids per example, embedding model.")
+flags.DEFINE_integer("embedding_batch", 512, "Global batch, embedding model.")
+flags.DEFINE_integer("embedding_steps", 4, "Steps per timed call, embedding model.")
+flags.DEFINE_list("embedding_pairs", ["momentum", "adam"], "Pairs for the embedding model.")
+flags.DEFINE_list(
+    "embedding_variants",
+    ["base", "vr_dense", "vr_nostats", "vr"],
+    "Variants for the embedding model (vr_dense: dense statistics of the sparse gradient).",
+)
+flags.DEFINE_list(
+    "embedding_memory_variants",
+    ["base", "vr_dense", "vr"],
+    "Variants measured for memory, embedding model.",
+)
 flags.DEFINE_bool("memory", True, "Measure peak RSS in subprocesses.")
 flags.DEFINE_integer("memory_reps", 2, "Subprocesses per variant for memory.")
 flags.DEFINE_list("memory_variants", ["base", "vr"], "Variants measured for memory.")
@@ -95,7 +116,9 @@ flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
 # Internal: child processes.
-flags.DEFINE_enum("child", None, ["memory", "bert"], "Internal: run as a child process.")
+flags.DEFINE_enum(
+    "child", None, ["memory", "bert", "embedding"], "Internal: run as a child process."
+)
 flags.DEFINE_string("child_model", None, "Internal.")
 flags.DEFINE_string("child_pair", None, "Internal.")
 flags.DEFINE_string("child_variant", None, "Internal.")
@@ -120,6 +143,8 @@ QUICK = dict(
     bert_variants=["base", "vr_nostats", "vr"],
     memory_models=["cnn1d"],
     memory_cnn_batches=["512"],
+    embedding_rows=100_000,
+    embedding_pairs=["momentum"],
     bert_reps=5,
 )
 
@@ -140,7 +165,35 @@ def _model_and_data(model_name, batch):
     if model_name == "resnet20":
         x, y = benchlib.load_digits_images(32)
         return (lambda: benchlib.resnet_cifar(FLAGS.resnet_depth)), x[:batch], y[:batch]
+    if model_name == "embedding":
+        return _embedding_model_and_data(batch)
     raise ValueError(model_name)
+
+
+def _embedding_model_and_data(batch):
+    """A recommendation-style model whose parameters are almost all one embedding table
+    (``--embedding_rows`` x ``--embedding_dim``, its gradient a ``tf.IndexedSlices``): mean
+    of the embeddings of ``--embedding_ids`` random ids, a 10-way softmax. Random ids and
+    labels (timing only)."""
+    import keras
+    import numpy as np
+
+    rows, dim, ids = FLAGS.embedding_rows, FLAGS.embedding_dim, FLAGS.embedding_ids
+
+    def build():
+        return keras.Sequential(
+            [
+                keras.Input((ids,), dtype="int32"),
+                keras.layers.Embedding(rows, dim),
+                keras.layers.GlobalAveragePooling1D(),
+                keras.layers.Dense(10),
+            ]
+        )
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, rows, size=(batch, ids)).astype(np.int32)
+    y = rng.integers(0, 10, size=batch).astype(np.int32)
+    return build, x, y
 
 
 class KerasTimer(StepTimer):
@@ -289,6 +342,38 @@ def bert_timing(strategy, batch, seq, steps, reps, log):
     return res
 
 
+def embedding_timing(doc, out, log, t_start):
+    """The embedding model, timed in one child process per pair and non-base variant, each
+    beside its own base: every variant holds 8 replica copies of the 1M x 32 table and its
+    optimizer state, too many to hold side by side in one process on this machine."""
+    import benchlib
+
+    for pair in FLAGS.embedding_pairs:
+        for v in [v for v in FLAGS.embedding_variants if v != "base"]:
+            log(f"embedding {pair} batch {FLAGS.embedding_batch}, base vs {v} (child):")
+            args = [
+                "--child=embedding",
+                f"--child_pair={pair}",
+                f"--child_variant={v}",
+                f"--replicas={FLAGS.replicas}",
+                f"--reps={FLAGS.reps}",
+                f"--embedding_rows={FLAGS.embedding_rows}",
+                f"--embedding_dim={FLAGS.embedding_dim}",
+                f"--embedding_ids={FLAGS.embedding_ids}",
+                f"--embedding_batch={FLAGS.embedding_batch}",
+                f"--embedding_steps={FLAGS.embedding_steps}",
+            ]
+            try:
+                res, dt = _run_child(args, log)
+                doc["timing"].append(res)
+                log(f"  ({dt:.0f}s) ratio median: {v}={res['ratio'][v]['median']:.3f}")
+            except Exception as e:  # noqa: BLE001
+                doc.setdefault("embedding_errors", []).append(str(e))
+                log(f"  embedding failed: {e}")
+            doc["elapsed_s"] = round(time.time() - t_start, 1)
+            benchlib.write_json(out, doc)
+
+
 # --------------------------------------------------------------------------------------------
 # Children
 # --------------------------------------------------------------------------------------------
@@ -301,6 +386,19 @@ def child_main():
     import tensorflow as tf
 
     strategy = benchlib.strategy_for(FLAGS.replicas)
+    if FLAGS.child == "embedding":
+        res = keras_timing(
+            "embedding",
+            FLAGS.child_pair,
+            FLAGS.embedding_batch,
+            FLAGS.embedding_steps,
+            FLAGS.reps,
+            strategy,
+            lambda s: print(s, file=sys.stderr, flush=True),
+            ["base", FLAGS.child_variant],
+        )
+        benchlib.print_result(res)
+        return
     if FLAGS.child == "bert":
         res = bert_timing(
             strategy,
@@ -359,6 +457,9 @@ def memory_runs(log):
                 configs.append((model, pair, FLAGS.resnet_batch))
         elif model == "bert_tiny":
             configs.append((model, "lamb", FLAGS.bert_batch))
+        elif model == "embedding":
+            for pair in FLAGS.embedding_pairs:
+                configs.append((model, pair, FLAGS.embedding_batch))
 
     def child_args(c, v):
         return [
@@ -371,14 +472,21 @@ def memory_runs(log):
             f"--memory_steps={FLAGS.memory_steps}",
             f"--bert_seq={FLAGS.bert_seq}",
             f"--resnet_depth={FLAGS.resnet_depth}",
+            f"--embedding_rows={FLAGS.embedding_rows}",
+            f"--embedding_dim={FLAGS.embedding_dim}",
+            f"--embedding_ids={FLAGS.embedding_ids}",
         ]
 
-    variants = list(FLAGS.memory_variants)
+    def variants(c):
+        if c[0] == "embedding":
+            return list(FLAGS.embedding_memory_variants)
+        return list(FLAGS.memory_variants)
+
     raw = benchlib.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args, log)
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
-        entry.update(benchlib.memory_ratios(raw[c], variants))
+        entry.update(benchlib.memory_ratios(raw[c], variants(c)))
         out.append(entry)
     return out
 
@@ -443,6 +551,14 @@ def main(argv):
                 "memory_variants",
                 "memory_pairs",
                 "memory_steps",
+                "embedding_rows",
+                "embedding_dim",
+                "embedding_ids",
+                "embedding_batch",
+                "embedding_steps",
+                "embedding_pairs",
+                "embedding_variants",
+                "embedding_memory_variants",
             )
         },
         "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
@@ -457,18 +573,28 @@ def main(argv):
     for model in FLAGS.models:
         if model == "bert_tiny":
             continue
-        pairs = FLAGS.pairs if model == "cnn1d" else FLAGS.resnet_pairs
-        batches = [int(b) for b in FLAGS.cnn_batches] if model == "cnn1d" else [FLAGS.resnet_batch]
+        if model == "embedding":
+            embedding_timing(doc, out, log, t_start)
+            continue
+        pairs = {"cnn1d": FLAGS.pairs, "embedding": FLAGS.embedding_pairs}.get(
+            model, FLAGS.resnet_pairs
+        )
+        batches = {
+            "cnn1d": [int(b) for b in FLAGS.cnn_batches],
+            "embedding": [FLAGS.embedding_batch],
+        }.get(model, [FLAGS.resnet_batch])
         for batch in batches:
             steps = (
                 max(4, FLAGS.cnn_steps * min(1, 1024 / batch))
                 if model == "cnn1d"
-                else FLAGS.resnet_steps
+                else (FLAGS.embedding_steps if model == "embedding" else FLAGS.resnet_steps)
             )
             steps = int(steps)
             for pair in pairs:
                 log(f"{model} {pair} batch {batch}:")
-                names = FLAGS.variants if model == "cnn1d" else FLAGS.resnet_variants
+                names = {"cnn1d": FLAGS.variants, "embedding": FLAGS.embedding_variants}.get(
+                    model, FLAGS.resnet_variants
+                )
                 res = keras_timing(model, pair, batch, steps, FLAGS.reps, strategy, log, names)
                 doc["timing"].append(res)
                 log(

@@ -16,8 +16,13 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
-                  ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics.
+                  ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics;
+  vr_dense        ``vr`` with the statistics of ``tf.IndexedSlices`` gradients taken on their
+                  dense form (the library before its sparse statistics): VR minus
+                  ``vr_dense`` is what the exact sparse statistics save.
 """
+
+from unittest import mock
 
 import tensorflow as tf
 
@@ -41,12 +46,27 @@ def _reduce(name, ctx, grads):
     raise ValueError(f"unknown variant {name!r}")
 
 
+def _dense_statistics(vr_cls):
+    """``vr_cls`` whose GSNR step takes the dense statistics for sparse gradients (the
+    library's switch ``gsnr._sparse_path_applies`` patched while the step is traced)."""
+
+    class DenseStatistics(vr_cls):
+        def _vrgd_reduce(self, grads_and_vars, replica_context):
+            with mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: False):
+                return super()._vrgd_reduce(grads_and_vars, replica_context)
+
+    DenseStatistics.__name__ = f"{vr_cls.__name__}_dense"
+    return DenseStatistics
+
+
 def make_keras_variant(name, base_cls, vr_cls, gamma=0.1):
     """``(class, extra kwargs)`` of Keras 3 variant ``name`` of the pair (base_cls, vr_cls)."""
     if name == "base":
         return base_cls, {}
     if name in VR_VARIANTS:
         return vr_cls, dict(VR_VARIANTS[name], gamma=gamma)
+    if name == "vr_dense":
+        return _dense_statistics(vr_cls), {"gamma": gamma}
 
     class Variant(base_cls):
         def _all_reduce_sum_gradients(self, grads_and_vars):

@@ -10,5 +10,14 @@ order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and
 
 import importlib
 
-SECTION_NAMES = ("sweep", "sweep_gsnr", "ablations", "bert", "overhead", "groups", "lr_probe")
+SECTION_NAMES = (
+    "sweep",
+    "sweep_gsnr",
+    "ablations",
+    "bert",
+    "overhead",
+    "sparse",
+    "groups",
+    "lr_probe",
+)
 SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)

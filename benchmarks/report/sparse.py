@@ -1,0 +1,85 @@
+"""Sparse gradients: exact statistics on the touched rows.
+
+Input: ``overhead.py --models=embedding,bert_tiny``'s JSON
+(``benchmarks/results/overhead_sparse.json``, ``--overhead_sparse``); full report only."""
+
+import os
+
+from absl import flags
+
+from report.common import PAIR_LABEL, RESULTS, VARIANT_LABEL, load
+
+flags.DEFINE_string(
+    "overhead_sparse",
+    None,
+    "Sparse-statistics overhead JSON (overhead.py --models=embedding,bert_tiny; default "
+    "benchmarks/results/overhead_sparse.json, not with --quick).",
+)
+
+
+def render(ctx, lines):
+    """Step-time and peak-memory ratios to the base, with ``vr_dense`` (the dense statistics
+    of a sparse gradient, as before the sparse path) beside ``vr``."""
+    path = flags.FLAGS.overhead_sparse
+    if ctx.quick and not path:
+        return
+    sp = load(path or os.path.join(RESULTS, "overhead_sparse.json"))
+    if not (sp and sp.get("timing")):
+        return
+    label = dict(VARIANT_LABEL, vr_dense="VR-X with the dense statistics of the sparse gradient")
+    lines += [
+        "## Sparse gradients: exact statistics on the touched rows",
+        "",
+        f"Command: `{sp['command']}`  ",
+        f"Status: {'complete' if sp.get('complete') else '**partial**'}; wall time "
+        f"{sp.get('elapsed_s', 0) / 60:.1f} min; load average at the start "
+        f"{sp.get('environment', {}).get('loadavg_at_start')}.",
+        "",
+        "Method as in the overhead section (variants side by side in one process, ratios "
+        "within a repetition; peak memory VmHWM of one subprocess per variant and "
+        "repetition). `embedding`: a Keras 3 model whose parameters are almost all one "
+        "embedding table with a `tf.IndexedSlices` gradient; `vr_dense` makes that gradient "
+        "dense for the statistics (the library before the sparse statistics). BERT-tiny's "
+        "word embedding gets a dense gradient (its masked-LM head is tied to it), so the "
+        "sparse statistics do not apply there: its rows measure the dense path. The embedding "
+        "variants are timed one child process each, beside their own base (hence one base row "
+        "per variant). VR-Adam keeps its default `beta_3=0.9`: a float32 deficit of the "
+        "table's shape on every replica (1 GB over 8 replicas here), decayed densely each "
+        "step.",
+        "",
+        "| model | pair | batch | replicas | parameters | variant | step ms (median) | "
+        "ratio median (min / max) | weights vs reference |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for e in sp.get("timing", []):
+        for v, r in e["ratio"].items():
+            wc = e.get("weights_check", {}).get(v)
+            lines.append(
+                f"| {e['model']} | {PAIR_LABEL.get(e['pair'], e['pair'])} | {e['batch']} | "
+                f"{e['replicas']} | {e['params']:,} | {label.get(v, v)} | "
+                f"{e['step_ms'][v]['median']:.1f} | {r['median']:.3f} ({r['min']:.3f} / "
+                f"{r['max']:.3f}) | "
+                + (f"{wc['max_abs_diff_rel']:.1e} vs {wc['vs']}" if wc else "")
+                + " |"
+            )
+    if sp.get("memory"):
+        lines += [
+            "",
+            "| model | pair | batch | variant | base peak MB | variant peak MB | "
+            "peak ratio median (min / max) |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
+        for m in sp["memory"]:
+            for v, r in m.items():
+                if not isinstance(r, dict) or "peak_ratio" not in r:
+                    continue
+                pr = r["peak_ratio"]
+                lines.append(
+                    f"| {m['model']} | {PAIR_LABEL.get(m['pair'], m['pair'])} | {m['batch']} "
+                    f"| {label.get(v, v)} | {m['base_peak_mb_median']:.0f} | "
+                    f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
+                    f"{pr['max']:.3f}) |"
+                )
+    for err in sp.get("bert_errors", []):
+        lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
+    lines.append("")
