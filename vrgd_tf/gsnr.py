@@ -65,6 +65,7 @@ from vrgd_tf import naming
 
 __all__ = [
     "NOISE_RTOL",
+    "NOISE_RTOL_BFLOAT16",
     "STATISTICS_FIELDS",
     "GSNRStatistics",
     "VRGDState",
@@ -76,12 +77,28 @@ __all__ = [
     "variance_reduce",
     "validate_gamma",
     "validate_beta_3",
+    "validate_squares_dtype",
+    "SQUARES_DTYPES",
+    "noise_rtol",
 ]
 
 #: Relative threshold, per replica, below which the variance across replicas counts as zero:
 #: an element is "noise free" when ``s2 <= NOISE_RTOL * k * mean(x**2)``. 16 float32 ulps
 #: per summed replica.
 NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
+
+#: The same threshold when the squares travel in bfloat16 (``squares_dtype="bfloat16"``):
+#: the unit roundoff of bfloat16, ``2**-8``, per summed replica. Each square is rounded
+#: once (relative error <= 2**-8) and each of the ``k - 1`` additions of the all-reduce
+#: rounds once more, so ``S2`` is known to about ``k * 2**-8 * S2`` at worst, and an element
+#: counts as noisy only if ``noise > 2**-8 * k * S2``, i.e. its GSNR is below
+#: ``1 / (2**-8 * k) - 1`` (127 at k = 2, 31 at k = 8, 3 at k = 64); above that it gets
+#: factor 1 and is left out of ``mean(r)``, as in float32 (*our reading*; measured in
+#: ``docs/results.md``).
+NOISE_RTOL_BFLOAT16 = 2.0**-8
+
+#: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
+SQUARES_DTYPES = ("float32", "bfloat16")
 
 #: Names of the diagnostics kept per variable, in storage order: the fields of
 #: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
@@ -135,6 +152,43 @@ def validate_beta_3(beta_3):
     if not 0.0 <= beta_3 < 1.0:
         raise ValueError(f"`beta_3` must be in [0, 1); got {beta_3}.")
     return beta_3
+
+
+def validate_squares_dtype(squares_dtype):
+    """Checks ``squares_dtype``, the dtype the squared gradients are all-reduced in.
+
+    Args:
+      squares_dtype: ``"float32"`` (default of every VRGD class: the squares travel with
+        the gradients in one float32 buffer) or ``"bfloat16"`` (they travel in a second,
+        bfloat16 buffer of half the bytes; the gradient sums stay float32 and exact). A
+        ``tf.DType`` of those names is accepted too.
+
+    Returns:
+      The name, ``"float32"`` or ``"bfloat16"``.
+
+    Raises:
+      TypeError: not a string (or ``tf.DType``).
+      ValueError: not one of :data:`SQUARES_DTYPES`.
+    """
+    if isinstance(squares_dtype, tf.DType):
+        squares_dtype = squares_dtype.name
+    if not isinstance(squares_dtype, str):
+        raise TypeError(
+            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
+            f"got {squares_dtype!r} of type {type(squares_dtype).__name__}."
+        )
+    if squares_dtype not in SQUARES_DTYPES:
+        raise ValueError(
+            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
+            f"got {squares_dtype!r}."
+        )
+    return squares_dtype
+
+
+def noise_rtol(squares_dtype="float32") -> float:
+    """The per-replica relative noise threshold for squares all-reduced in
+    ``squares_dtype``: :data:`NOISE_RTOL` (float32) or :data:`NOISE_RTOL_BFLOAT16`."""
+    return NOISE_RTOL_BFLOAT16 if squares_dtype == "bfloat16" else NOISE_RTOL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +267,13 @@ def _per_element(values: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
 
 
 def gsnr_factors_flat(
-    s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int, gamma: float
+    s1: tf.Tensor,
+    s2: tf.Tensor,
+    sizes: Sequence[int],
+    num_replicas: int,
+    gamma: float,
+    *,
+    squares_dtype: str = "float32",
 ) -> Tuple[tf.Tensor, tf.Tensor]:
     """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
 
@@ -228,6 +288,9 @@ def gsnr_factors_flat(
       sizes: Python ints, the number of elements of each of the ``n`` variables.
       num_replicas: Python int >= 2, the number ``k`` of replicas summed.
       gamma: Python float in (0, 1], the lower bound of the factor.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``: the dtype ``s2`` was all-reduced in
+        (it is float32 here either way); selects the noise threshold,
+        :data:`NOISE_RTOL` or :data:`NOISE_RTOL_BFLOAT16`.
 
     Returns:
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
@@ -235,12 +298,14 @@ def gsnr_factors_flat(
       ``[n, NUM_STATISTICS]``, one :class:`GSNRStatistics` row per variable (its
       ``mean_factor`` is the mean of ``factor``: no smoothing here).
     """
-    factor, _, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
+    factor, _, make_statistics = _factors(
+        s1, s2, sizes, num_replicas, gamma, noise_rtol(validate_squares_dtype(squares_dtype))
+    )
     return factor, make_statistics(factor)
 
 
 def _factors(
-    s1, s2, sizes, num_replicas, gamma
+    s1, s2, sizes, num_replicas, gamma, rtol=NOISE_RTOL
 ) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
 
@@ -251,12 +316,13 @@ def _factors(
     """
     k = float(num_replicas)
     # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
-    # r = signal / noise, and "s2 > NOISE_RTOL * k * mean(x**2)" is noise > NOISE_RTOL*k*S2.
+    # r = signal / noise, and "s2 > rtol * k * mean(x**2)" is noise > rtol * k * S2 (rtol:
+    # NOISE_RTOL, or NOISE_RTOL_BFLOAT16 for squares all-reduced in bfloat16).
     # The comparison is False for NaN and for an overflowed square or S2 (noise -Inf, NaN or
     # +Inf > +Inf), so it is also the finiteness test: one pass fewer per element.
     signal = tf.square(s1) * (1.0 / k)
     noise = s2 - signal
-    defined = noise > (NOISE_RTOL * k) * s2
+    defined = noise > (rtol * k) * s2
     # Where undefined, divide by 1 instead, so no Inf or NaN is ever formed.
     ratio = tf.where(defined, signal / tf.where(defined, noise, 1.0), 0.0)
 
@@ -401,13 +467,22 @@ class VRGDState:
         return self._index[self._var_key(variable)]
 
 
-def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequence] = None):
+def sum_with_squares(
+    grads: Sequence,
+    *,
+    replica_context,
+    sq_sums: Optional[Sequence] = None,
+    squares_dtype: str = "float32",
+):
     """VRGD's one collective: all-reduces (SUM) the gradients packed with their squares.
 
     One ``replica_context.all_reduce`` call carries the float32 buffer
     ``[x_1 .. x_n, q_1 .. q_n]`` of shape ``[2 N]`` (``x`` the flattened dense gradients,
     ``q = x**2`` or the given ``sq_sums``) and, for the ``tf.IndexedSlices`` gradients, the
-    strategy's own sparse SUM of their rows.
+    strategy's own sparse SUM of their rows. With ``squares_dtype="bfloat16"`` the same call
+    carries two buffers instead: the float32 ``[x_1 .. x_n]`` (``[N]``, 4 N bytes) and the
+    ``q`` rounded to bfloat16 (``[N]``, 2 N bytes), summed in bfloat16 and returned as
+    float32, so the gradient sums are as exact as without VRGD.
 
     Args:
       grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
@@ -415,6 +490,7 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
       replica_context: the ``tf.distribute.ReplicaContext`` to all-reduce in.
       sq_sums: None, or ``n`` dense tensors of the gradients' shapes (see
         :func:`variance_reduce`).
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
 
     Returns:
       ``(s1, s2, sizes, dense, sparse_sums)``: float32 ``[N]`` sums of ``x`` and of ``q``;
@@ -437,14 +513,20 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
                 f"`sq_sums` must have the gradients' shapes ({total} elements "
                 f"in all); got {squares.shape.num_elements()}."
             )
-    packed = tf.concat([flat, squares], 0)
-    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
-    if sparse:
-        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
-        sums, sparse_sums = reduced[0], list(reduced[1:])
+    if validate_squares_dtype(squares_dtype) == "bfloat16":
+        # Two buffers in the same call: the gradients stay float32, the squares go bfloat16.
+        buffers = [flat, tf.cast(squares, tf.bfloat16)]
     else:
-        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, packed), []
-    return sums[:total], sums[total:], sizes, dense, sparse_sums
+        buffers = [tf.concat([flat, squares], 0)]
+    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
+    if sparse or len(buffers) > 1:
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, buffers + sparse)
+        sums, sparse_sums = reduced[: len(buffers)], list(reduced[len(buffers) :])
+    else:
+        sums, sparse_sums = [replica_context.all_reduce(tf.distribute.ReduceOp.SUM, buffers[0])], []
+    if len(sums) == 2:
+        return sums[0], tf.cast(sums[1], tf.float32), sizes, dense, sparse_sums
+    return sums[0][:total], sums[0][total:], sizes, dense, sparse_sums
 
 
 def variance_reduce(
@@ -460,6 +542,7 @@ def variance_reduce(
     record_statistics=True,
     sq_sums: Optional[Sequence] = None,
     num_groups: int = 1,
+    squares_dtype: str = "float32",
 ) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -499,6 +582,10 @@ def variance_reduce(
         gradient, the squares of each group's dense form). Required when
         ``num_groups > 1``.
       num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
+      squares_dtype: ``"float32"`` (default) or ``"bfloat16"``: the dtype the squares are
+        all-reduced in (see :func:`sum_with_squares`; the gradients are float32 either
+        way). bfloat16 saves N * 2 bytes per step on the wire and selects the noise
+        threshold :data:`NOISE_RTOL_BFLOAT16`.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -512,8 +599,9 @@ def variance_reduce(
 
     Raises:
       RuntimeError: called in a cross-replica context.
-      ValueError: a gradient without a static shape, ``num_groups`` < 1, or ``sq_sums``
-        missing (``num_groups > 1``) or not matching ``grads``.
+      ValueError: a gradient without a static shape, ``num_groups`` < 1, ``sq_sums``
+        missing (``num_groups > 1``) or not matching ``grads``, or ``squares_dtype`` not
+        one of :data:`SQUARES_DTYPES`.
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
@@ -523,6 +611,7 @@ def variance_reduce(
             "context."
         )
     grads = list(grads)
+    squares_dtype = validate_squares_dtype(squares_dtype)
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups > 1 and sq_sums is None:
@@ -543,10 +632,12 @@ def variance_reduce(
     if not grads:
         return []
     s1, s2, sizes, dense, sparse_sums = sum_with_squares(
-        grads, sq_sums=sq_sums, replica_context=ctx
+        grads, sq_sums=sq_sums, replica_context=ctx, squares_dtype=squares_dtype
     )
     sparse_sums = iter(sparse_sums)
-    factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma)
+    factor, num_defined, make_statistics = _factors(
+        s1, s2, sizes, k, gamma, noise_rtol(squares_dtype)
+    )
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.
