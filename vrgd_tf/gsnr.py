@@ -50,7 +50,8 @@ Precision: the variance comes from one pass over ``S1`` and ``S2``, so its relat
 about ``k * eps32 * (1 + r)``; an element with a GSNR of 1e3 has ``r`` to about 1e-4. Such
 elements are almost always clipped at 1; they move the per-variable ``mean(r)`` slightly.
 Nothing here branches in Python on tensor values, and the only collective is one
-``ReplicaContext.all_reduce`` call outside any ``tf.cond``, so the step compiles with XLA and
+``ReplicaContext.all_reduce`` call (two with ``squares_dtype="bfloat16"``: the squares travel
+in a bfloat16 buffer of their own) outside any ``tf.cond``, so the step compiles with XLA and
 runs under ``TPUStrategy``.
 """
 
@@ -479,8 +480,8 @@ def sum_with_squares(
     One ``replica_context.all_reduce`` call carries the float32 buffer
     ``[x_1 .. x_n, q_1 .. q_n]`` of shape ``[2 N]`` (``x`` the flattened dense gradients,
     ``q = x**2`` or the given ``sq_sums``) and, for the ``tf.IndexedSlices`` gradients, the
-    strategy's own sparse SUM of their rows. With ``squares_dtype="bfloat16"`` the same call
-    carries two buffers instead: the float32 ``[x_1 .. x_n]`` (``[N]``, 4 N bytes) and the
+    strategy's own sparse SUM of their rows. With ``squares_dtype="bfloat16"`` that call
+    carries the float32 ``[x_1 .. x_n]`` alone (``[N]``, 4 N bytes) and a second call the
     ``q`` rounded to bfloat16 (``[N]``, 2 N bytes), summed in bfloat16 and returned as
     float32, so the gradient sums are as exact as without VRGD.
 
@@ -513,20 +514,22 @@ def sum_with_squares(
                 f"`sq_sums` must have the gradients' shapes ({total} elements "
                 f"in all); got {squares.shape.num_elements()}."
             )
-    if validate_squares_dtype(squares_dtype) == "bfloat16":
-        # Two buffers in the same call: the gradients stay float32, the squares go bfloat16.
-        buffers = [flat, tf.cast(squares, tf.bfloat16)]
-    else:
-        buffers = [tf.concat([flat, squares], 0)]
+    bf16 = validate_squares_dtype(squares_dtype) == "bfloat16"
+    packed = flat if bf16 else tf.concat([flat, squares], 0)
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
-    if sparse or len(buffers) > 1:
-        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, buffers + sparse)
-        sums, sparse_sums = reduced[: len(buffers)], list(reduced[len(buffers) :])
+    if sparse:
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
+        sums, sparse_sums = reduced[0], list(reduced[1:])
     else:
-        sums, sparse_sums = [replica_context.all_reduce(tf.distribute.ReduceOp.SUM, buffers[0])], []
-    if len(sums) == 2:
-        return sums[0], tf.cast(sums[1], tf.float32), sizes, dense, sparse_sums
-    return sums[0][:total], sums[0][total:], sizes, dense, sparse_sums
+        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, packed), []
+    if bf16:
+        # A call of its own: MultiWorkerMirroredStrategy concatenates the dense tensors of
+        # one call into one buffer, which needs a single dtype.
+        sq_sums_bf16 = replica_context.all_reduce(
+            tf.distribute.ReduceOp.SUM, tf.cast(squares, tf.bfloat16)
+        )
+        return sums, tf.cast(sq_sums_bf16, tf.float32), sizes, dense, sparse_sums
+    return sums[:total], sums[total:], sizes, dense, sparse_sums
 
 
 def variance_reduce(
@@ -552,8 +555,9 @@ def variance_reduce(
     ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
     (``sq_sums`` None) the squares are taken here. It makes exactly one
     ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements),
-    computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
+    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements)
+    (with ``squares_dtype="bfloat16"``: one call over the float32 ``[N]`` gradients and one
+    over the bfloat16 ``[N]`` squares), computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
     if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
     ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
     finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
