@@ -29,6 +29,8 @@ flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
 flags.DEFINE_string("overhead", None, "Overhead JSON (default from --quick).")
 flags.DEFINE_string("bert", None, "BERT MLM JSON (default from --quick).")
 flags.DEFINE_string("groups", None, "Micro-batch groups cost JSON (default from --quick).")
+flags.DEFINE_string("loopback", None, "Loopback collective JSON (default from --quick).")
+flags.DEFINE_string("bf16_factors", None, "bfloat16-squares factor JSON (bf16_factors.json).")
 flags.DEFINE_list(
     "lr_probes",
     ["lr_probe.json", "lr_probe_8192.json", "lr_probe_lars.json", "lr_probe_lars_digits.json"],
@@ -1166,7 +1168,117 @@ def groups_section(gr, img_rel, img_dir, lines):
         lines += [f"![micro-batch groups cost]({img_rel}/{name})", ""]
 
 
-def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_dir, memory=()):
+def loopback_section(lb, bf, lines, readme_lines=None):
+    """The loopback-collective timing (``loopback.py``) and the bfloat16-squares factor
+    comparison (``bf16_factors.py``) as markdown appended to ``lines``; one short line per
+    model to ``readme_lines``. Self-contained: reads only its two JSON documents."""
+    label = {
+        "base": "base X",
+        "base_2x": "base X, model with 2x the parameters (VR's bytes on the wire)",
+        "sq": "X + float32 all-reduce of the squares (8 N bytes)",
+        "sq_bf16": "X + bfloat16 all-reduce of the squares (6 N bytes)",
+        "vr": "VR-X, float32 squares (default)",
+        "vr_bf16": 'VR-X, `squares_dtype="bfloat16"`',
+    }
+    if lb and lb.get("timing"):
+        cfg = lb.get("config", {})
+        lines += [
+            "## Over a real collective: two workers on 127.0.0.1",
+            "",
+            f"Made by `{lb.get('command')}`. Two worker processes of "
+            "`MultiWorkerMirroredStrategy` (one CPU replica each, k = 2) on the loopback "
+            "interface: every step's all-reduce goes through TensorFlow's collective ops "
+            "over gRPC, so the bytes are really sent (the other sections sum replicas in one "
+            "process). Every variant is built side by side in each worker from the same "
+            "weights and a fixed batch; each of "
+            f"{cfg.get('reps')} repetitions times every variant once ({cfg.get('steps')} "
+            "steps per call), in an order rotated by one per repetition; ratios are taken "
+            "within a repetition (median, min–max). Payload = bytes each worker "
+            "all-reduces per step, from the variable sizes (a 2-worker ring sends and "
+            "receives that much). The two workers share the machine's 2 cores, which other "
+            "jobs also used. Cost model: [cost_model.md](cost_model.md).",
+            "",
+        ]
+        for e in lb["timing"]:
+            raw = e["raw_step_s"]
+            lines += [
+                f"### {e['model']}, {e.get('family', '')}, {e['collective']} collective",
+                "",
+                f"{e['params'] / 1e6:.1f} M parameters (2x model: "
+                f"{(e.get('params_2x') or 0) / 1e6:.1f} M), "
+                f"{e.get('per_worker_batch')} examples per worker, {e['workers']} workers.",
+                "",
+                "| variant | payload MB | step ms (median) | / base (same model) | "
+                "/ base_2x (same bytes) |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for v in raw:
+                r = e["ratio"][v]
+                sb = e.get("ratio_same_bytes", {}).get(v)
+                lines.append(
+                    f"| {label.get(v, v)} | {e['allreduce_payload_bytes'][v] / 1e6:.1f} | "
+                    f"{e['step_ms'][v]['median']:.0f} | {r['median']:.3f} "
+                    f"({r['min']:.2f}–{r['max']:.2f}) | "
+                    + (f"{sb['median']:.3f} ({sb['min']:.2f}–{sb['max']:.2f})" if sb else "–")
+                    + " |"
+                )
+            lines.append("")
+            wc = e.get("weights_check", {})
+            if wc:
+                lines += [
+                    "Final weights agree: "
+                    + ", ".join(
+                        f"{v} vs {c['vs']} {c['max_abs_diff_rel']:.1e}" for v, c in wc.items()
+                    )
+                    + " (max |Δ| / max |w|).",
+                    "",
+                ]
+            if readme_lines is not None and "vr" in e["ratio"]:
+                sb = e.get("ratio_same_bytes", {})
+                text = (
+                    f"- Over a real collective (2 workers on 127.0.0.1, {e['collective']}), "
+                    f"{e['model']}: VR/base {e['ratio']['vr']['median']:.2f}"
+                )
+                if "vr" in sb:
+                    text += f", VR/base with 2x parameters (same bytes) {sb['vr']['median']:.2f}"
+                if "vr_bf16" in e["ratio"]:
+                    text += f"; bfloat16 squares {e['ratio']['vr_bf16']['median']:.2f}"
+                readme_lines.append(text + ".")
+        for err in lb.get("errors", []):
+            lines += [f"- Failed: {err.splitlines()[0]}", ""]
+    if bf and bf.get("rows"):
+        lines += [
+            "## bfloat16 squares",
+            "",
+            f"Made by `{bf.get('command')}`. Gradients of {bf.get('model')} "
+            f"({bf.get('params')} parameters) at several points of plain momentum-SGD "
+            "training, split over k replicas; factors from float32 statistics against "
+            "statistics whose squares are rounded to bfloat16 and summed in bfloat16 "
+            "replica after replica (as a ring all-reduce of a bfloat16 buffer), both with "
+            f"the library's `gsnr_factors_flat`, gamma = {bf['config'].get('gamma')}. "
+            "'clip changes' = fraction of elements whose factor is at gamma (at 1) in one "
+            "and not the other; 'defined' = fraction with a GSNR above the noise threshold "
+            "(bfloat16: r below 1 / (2^-8 k) - 1).",
+            "",
+            "| step | k | median abs diff | p99 | max | clip at gamma changes | "
+            "clip at 1 changes | defined f32 | defined bf16 | mean factor f32 / bf16 |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in bf["rows"]:
+            d = r["abs_diff"]
+            lines.append(
+                f"| {r['step']} | {r['k']} | {d['median']:.1e} | {d['p99']:.1e} | "
+                f"{d['max']:.2f} | {r['frac_clip_at_gamma_changes']:.4f} | "
+                f"{r['frac_clip_at_one_changes']:.4f} | {r['frac_defined_f32']:.3f} | "
+                f"{r['frac_defined_bf16']:.3f} | {r['mean_factor_f32']:.3f} / "
+                f"{r['mean_factor_bf16']:.3f} |"
+            )
+        lines.append("")
+
+
+def write_readme_block(
+    readme, headline, bert_headline, headline_ov, docs, img_dir, memory=(), extra_lines=()
+):
     """Replaces the README's text between README_BEGIN and README_END with the headline
     numbers (a table), the commands that made them and the main plots."""
     with open(readme) as f:
@@ -1216,6 +1328,7 @@ def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_d
                 f"{PAIR_LABEL.get(m['pair'], m['pair'])}, batch {m['batch']}: "
                 f"{pr['median']:.3f} median ({pr['min']:.3f}–{pr['max']:.3f})."
             )
+    lines += list(extra_lines)
     lines.append("")
     for name, alt in (
         ("acc_vs_batch_mnist1d.png", "test accuracy and gap vs batch"),
@@ -1247,6 +1360,11 @@ def main(argv):
         RESULTS, "groups_quick.json" if FLAGS.quick else "groups.json"
     )
     groups = _load(groups_path)
+    loopback = _load(
+        FLAGS.loopback
+        or os.path.join(RESULTS, "loopback_quick.json" if FLAGS.quick else "loopback.json")
+    )
+    bf16_factors = _load(FLAGS.bf16_factors or os.path.join(RESULTS, "bf16_factors.json"))
     sweep, ov, bert = _load(sweep_path), _load(ov_path), _load(bert_path)
     probes = [(p, d) for p in FLAGS.lr_probes if (d := _load(os.path.join(RESULTS, p))) is not None]
     if FLAGS.out_md is None:
@@ -1269,6 +1387,8 @@ def main(argv):
         groups_section(groups, img_rel, FLAGS.images_dir, body)
     if probes and not FLAGS.quick:
         lr_probe_section(probes, body)
+    loopback_readme = []
+    loopback_section(loopback, bf16_factors, body, loopback_readme)
 
     quick = (sweep or {}).get("config", {}).get("quick") or (ov or {}).get("config", {}).get(
         "quick"
@@ -1336,6 +1456,11 @@ def main(argv):
             [p for p in (sweep, bert, ov) if p],
             FLAGS.images_dir,
             (ov or {}).get("memory", []),
+            loopback_readme
+            + [
+                "- Cost model (bytes and element-wise work per step): [docs/cost_model.md]"
+                "(docs/cost_model.md)."
+            ],
         )
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
     with open(FLAGS.out_md, "w") as f:
