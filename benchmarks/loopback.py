@@ -18,6 +18,7 @@ two workers in lockstep; worker 0 reports. Variants (``variants.py``):
              bytes of VR on the wire, with twice the gradient and update work too;
   sq         X + the packed ``[x, x*x]`` float32 all-reduce (8 N bytes), update from the sum;
   sq_bf16    X + the float32 ``x`` and bfloat16 ``x*x`` all-reduce (6 N bytes);
+  vr_nostats the library's VR class with ``statistics_interval=0`` (no diagnostics);
   vr         the library's VR class, defaults (diagnostics every step);
   vr_bf16    the same with ``squares_dtype="bfloat16"``.
 
@@ -52,11 +53,20 @@ import benchlib  # noqa: E402 (imports TensorFlow, runs no op)
 
 RESULT_TAG = "LOOPBACK_RESULT "
 MODELS = ("mlp", "bert_tiny")
-VARIANTS = ("base", "base_2x", "sq", "sq_bf16", "vr", "vr_bf16")
+VARIANTS = ("base", "base_2x", "sq", "sq_bf16", "vr_nostats", "vr", "vr_bf16")
 #: Weights each variant must end with (same steps, same batch, same start).
-CHECKS = {"sq": "base", "sq_bf16": "base", "vr_bf16": "vr"}
+CHECKS = {"sq": "base", "sq_bf16": "base", "vr_nostats": "vr", "vr_bf16": "vr"}
 #: Bytes per parameter in each variant's all-reduce payload (per worker and step).
-BYTES_PER_PARAM = {"base": 4, "base_2x": 4, "sq": 8, "sq_bf16": 6, "vr": 8, "vr_bf16": 6}
+BYTES_PER_PARAM = {
+    "base": 4,
+    "base_2x": 4,
+    "sq": 8,
+    "sq_bf16": 6,
+    "vr": 8,
+    "vr_nostats": 8,
+    "vr_bf16": 6,
+    "vr_nostats_bf16": 6,
+}
 
 QUICK = dict(reps=3, steps=3, mlp_width=512, bert_seq=32, models=["mlp"], timeout=300)
 
@@ -79,6 +89,9 @@ def parse_args(argv=None):
     p.add_argument("--bert_batch", type=int, default=8, help="Per worker.")
     p.add_argument("--bert_seq", type=int, default=128)
     p.add_argument("--timeout", type=int, default=1500, help="Seconds per model and collective.")
+    p.add_argument(
+        "--append", action="store_true", help="Add the rows to an existing --out document."
+    )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
     p.add_argument("--collective", default=None, help=argparse.SUPPRESS)
@@ -138,7 +151,9 @@ class _Timer(benchlib.StepTimer):
             else:
                 self.model(features[:1])
             self.opt = make_opt()
-            if not getattr(self.opt, "_is_legacy_optimizer", False):  # Keras 3
+            import keras
+
+            if isinstance(self.opt, keras.optimizers.Optimizer):  # Keras 3 (not tf_keras)
                 self.opt.build(self.model.trainable_variables)
         self.model.set_weights(weights)
         feats = tf.nest.map_structure(tf.constant, features)
@@ -425,6 +440,10 @@ def run(args, log=print):
         "errors": [],
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    if args.append and os.path.exists(out):
+        old = benchlib.read_json(out)
+        doc["timing"], doc["errors"] = old.get("timing", []), old.get("errors", [])
+        doc["earlier_commands"] = old.get("earlier_commands", []) + [old.get("command")]
     t0 = time.time()
     for model in args.models:
         for collective in args.collectives:
