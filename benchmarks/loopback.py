@@ -17,6 +17,7 @@ two workers in lockstep; worker 0 reports. Variants (``variants.py``):
              2048 -> 3072; BERT-tiny: vocabulary 30522 -> 2 x 30522 + the rest / 129): the
              bytes of VR on the wire, with twice the gradient and update work too;
   sq         X + the packed ``[x, x*x]`` float32 all-reduce (8 N bytes), update from the sum;
+  sq_split   X + the same 8 N bytes in two float32 calls, ``[x]`` and ``[x*x]``;
   sq_bf16    X + the float32 ``x`` and bfloat16 ``x*x`` all-reduce (6 N bytes);
   vr_nostats the library's VR class with ``statistics_interval=0`` (no diagnostics);
   vr         the library's VR class, defaults (diagnostics every step);
@@ -55,12 +56,13 @@ RESULT_TAG = "LOOPBACK_RESULT "
 MODELS = ("mlp", "bert_tiny")
 VARIANTS = ("base", "base_2x", "sq", "sq_bf16", "vr_nostats", "vr", "vr_bf16")
 #: Weights each variant must end with (same steps, same batch, same start).
-CHECKS = {"sq": "base", "sq_bf16": "base", "vr_nostats": "vr", "vr_bf16": "vr"}
+CHECKS = {"sq": "base", "sq_split": "base", "sq_bf16": "base", "vr_nostats": "vr", "vr_bf16": "vr"}
 #: Bytes per parameter in each variant's all-reduce payload (per worker and step).
 BYTES_PER_PARAM = {
     "base": 4,
     "base_2x": 4,
     "sq": 8,
+    "sq_split": 8,
     "sq_bf16": 6,
     "vr": 8,
     "vr_nostats": 8,
@@ -92,6 +94,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--append", action="store_true", help="Add the rows to an existing --out document."
     )
+    p.add_argument("--label", default="", help="A note stored with (and shown for) the rows.")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
     p.add_argument("--collective", default=None, help=argparse.SUPPRESS)
@@ -456,6 +459,7 @@ def run(args, log=print):
                 log(f"  failed: {e}")
                 continue
             res["wall_s"] = round(time.time() - t1, 1)
+            res["label"] = args.label
             doc["timing"].append(res)
             log(
                 "  step ms median: "

@@ -1176,7 +1176,9 @@ def loopback_section(lb, bf, lines, readme_lines=None):
         "base": "base X",
         "base_2x": "base X, model with 2x the parameters (VR's bytes on the wire)",
         "sq": "X + float32 all-reduce of the squares (8 N bytes)",
+        "sq_split": "X + float32 x and x*x in two all-reduce calls (8 N bytes)",
         "sq_bf16": "X + bfloat16 all-reduce of the squares (6 N bytes)",
+        "vr_nostats": "VR-X, float32 squares, statistics_interval=0",
         "vr": "VR-X, float32 squares (default)",
         "vr_bf16": 'VR-X, `squares_dtype="bfloat16"`',
     }
@@ -1202,7 +1204,8 @@ def loopback_section(lb, bf, lines, readme_lines=None):
         for e in lb["timing"]:
             raw = e["raw_step_s"]
             lines += [
-                f"### {e['model']}, {e.get('family', '')}, {e['collective']} collective",
+                f"### {e['model']}, {e.get('family', '')}, {e['collective']} collective"
+                + (f" ({e['label']})" if e.get("label") else ""),
                 "",
                 f"{e['params'] / 1e6:.1f} M parameters (2x model: "
                 f"{(e.get('params_2x') or 0) / 1e6:.1f} M), "

@@ -17,6 +17,8 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
                   ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics.
+  sq_split        base + the same 8 N bytes as ``sq`` in two float32 all-reduce calls of
+                  ``[x]`` and ``[x*x]`` (4 N bytes each): separates bytes from buffer size;
   sq_bf16, vr_bf16, vr_nostats_bf16
                   the same with ``squares_dtype="bfloat16"``: the squares all-reduced in a
                   second, bfloat16 buffer (6 instead of 8 bytes per parameter).
@@ -48,6 +50,17 @@ def _reduce(name, ctx, grads):
         return _sum_with_squares(ctx, grads)
     if name == "sq_bf16":
         return _sum_with_squares(ctx, grads, "bfloat16")
+    if name == "sq_split":
+        dense = [gsnr.dense_gradient(g) for g in grads]
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
+        s1 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, flat)
+        s2 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.square(flat))
+        with tf.control_dependencies([s2]):
+            s1 = tf.identity(s1)
+        sizes = [int(g.shape.num_elements()) for g in dense]
+        return [
+            tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)
+        ]
     if name == "base_allreduce":
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [gsnr.dense_gradient(g) for g in grads])
     raise ValueError(f"unknown variant {name!r}")

@@ -23,7 +23,7 @@ class LoopbackSmokeTest(tf.test.TestCase):
                 sys.executable,
                 os.path.join(REPO, "benchmarks", "loopback.py"),
                 "--models=mlp",
-                "--variants=base,vr,vr_bf16",
+                "--variants=base,vr_bf16",
                 "--reps=1",
                 "--steps=1",
                 "--mlp_width=32",
@@ -41,15 +41,12 @@ class LoopbackSmokeTest(tf.test.TestCase):
         self.assertEqual(doc["errors"], [])
         (row,) = doc["timing"]
         self.assertEqual((row["workers"], row["collective"]), (2, "RING"))
-        self.assertEqual(set(row["ratio"]), {"base", "vr", "vr_bf16"})
+        self.assertEqual(set(row["ratio"]), {"base", "vr_bf16"})
         n = row["params"]
         self.assertEqual(n, 2048 * 32 + 32 + 2 * (32 * 32 + 32) + 32 * 10 + 10)
-        self.assertEqual(
-            row["allreduce_payload_bytes"], {"base": 4 * n, "vr": 8 * n, "vr_bf16": 6 * n}
-        )
-        # One step from the same weights: the bfloat16 squares move the factors by at most
-        # the bfloat16 rounding, so the weights stay close to float32 VR's.
-        self.assertLess(row["weights_check"]["vr_bf16"]["max_abs_diff_rel"], 1e-2)
+        self.assertEqual(row["allreduce_payload_bytes"], {"base": 4 * n, "vr_bf16": 6 * n})
+        for v in ("base", "vr_bf16"):
+            self.assertGreater(row["step_ms"][v]["median"], 0.0)
 
 
 if __name__ == "__main__":
