@@ -41,8 +41,9 @@ class GSNRAggregator(tf.Module):
     """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
 
     Call it in the replica context (inside ``strategy.run``) where the replicas' gradients
-    would be summed. It makes one ``all_reduce(SUM)`` of the packed float32 buffer
-    ``[sum_j x_j, sum_j x_j**2]`` over the ``R`` replicas in sync, each holding
+    would be summed. It all-reduces (SUM) the float32 ``sum_j x_j`` and then
+    ``sum_j x_j**2`` (two calls; the squares in float32 or bfloat16) over the ``R`` replicas
+    in sync, each holding
     ``m = num_groups`` micro-batch gradients ``x_j``, so ``k = R * m`` GSNR samples; computes
     per element the GSNR ``r = S1**2 / (k S2 - S1**2)`` (eq. 7), the factor
     ``clip(r / mean(r), gamma, 1)`` per variable (eqs. 8, 9), its momentum if

@@ -49,10 +49,9 @@ All arithmetic is float32 whatever the variable dtype; the result has the gradie
 Precision: the variance comes from one pass over ``S1`` and ``S2``, so its relative error is
 about ``k * eps32 * (1 + r)``; an element with a GSNR of 1e3 has ``r`` to about 1e-4. Such
 elements are almost always clipped at 1; they move the per-variable ``mean(r)`` slightly.
-Nothing here branches in Python on tensor values, and the only collective is one
-``ReplicaContext.all_reduce`` call (two with ``squares_dtype="bfloat16"``: the squares travel
-in a bfloat16 buffer of their own) outside any ``tf.cond``, so the step compiles with XLA and
-runs under ``TPUStrategy``.
+Nothing here branches in Python on tensor values, and the only collectives are two
+``ReplicaContext.all_reduce`` calls (the gradients, then the squares) outside any ``tf.cond``,
+so the step compiles with XLA and runs under ``TPUStrategy``.
 """
 
 import dataclasses
@@ -477,13 +476,13 @@ def sum_with_squares(
 ):
     """VRGD's one collective: all-reduces (SUM) the gradients packed with their squares.
 
-    One ``replica_context.all_reduce`` call carries the float32 buffer
-    ``[x_1 .. x_n, q_1 .. q_n]`` of shape ``[2 N]`` (``x`` the flattened dense gradients,
-    ``q = x**2`` or the given ``sq_sums``) and, for the ``tf.IndexedSlices`` gradients, the
-    strategy's own sparse SUM of their rows. With ``squares_dtype="bfloat16"`` that call
-    carries the float32 ``[x_1 .. x_n]`` alone (``[N]``, 4 N bytes) and a second call the
-    ``q`` rounded to bfloat16 (``[N]``, 2 N bytes), summed in bfloat16 and returned as
-    float32, so the gradient sums are as exact as without VRGD.
+    Two ``replica_context.all_reduce`` calls: the first carries the float32 buffer
+    ``[x_1 .. x_n]`` of shape ``[N]`` (``x`` the flattened dense gradients, 4 N bytes) and,
+    for the ``tf.IndexedSlices`` gradients, the strategy's own sparse SUM of their rows; the
+    second the squares ``[q_1 .. q_n]`` (``q = x**2`` or the given ``sq_sums``), in float32
+    (4 N bytes) or, with ``squares_dtype="bfloat16"``, rounded to bfloat16 (2 N bytes),
+    summed in that dtype and returned as float32. The gradient sums are float32 and as exact
+    as without VRGD either way.
 
     Args:
       grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
@@ -514,22 +513,19 @@ def sum_with_squares(
                 f"`sq_sums` must have the gradients' shapes ({total} elements "
                 f"in all); got {squares.shape.num_elements()}."
             )
-    bf16 = validate_squares_dtype(squares_dtype) == "bfloat16"
-    packed = flat if bf16 else tf.concat([flat, squares], 0)
+    wire = tf.bfloat16 if validate_squares_dtype(squares_dtype) == "bfloat16" else tf.float32
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
     if sparse:
-        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [flat] + sparse)
         sums, sparse_sums = reduced[0], list(reduced[1:])
     else:
-        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, packed), []
-    if bf16:
-        # A call of its own: MultiWorkerMirroredStrategy concatenates the dense tensors of
-        # one call into one buffer, which needs a single dtype.
-        sq_sums_bf16 = replica_context.all_reduce(
-            tf.distribute.ReduceOp.SUM, tf.cast(squares, tf.bfloat16)
-        )
-        return sums, tf.cast(sq_sums_bf16, tf.float32), sizes, dense, sparse_sums
-    return sums[:total], sums[total:], sizes, dense, sparse_sums
+        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, flat), []
+    # The squares in a call of their own: MultiWorkerMirroredStrategy concatenates the dense
+    # tensors of one call into one buffer (which needs a single dtype), and over its RING
+    # collective one 8 N-byte buffer took twice as long as two 4 N-byte calls
+    # (docs/results.md, loopback rows). The sums are the same either way.
+    sq = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(squares, wire))
+    return sums, tf.cast(sq, tf.float32), sizes, dense, sparse_sums
 
 
 def variance_reduce(
@@ -553,11 +549,10 @@ def variance_reduce(
     gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
     (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
     ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
-    (``sq_sums`` None) the squares are taken here. It makes exactly one
-    ``replica_context.all_reduce(SUM, ...)`` call over one float32 tensor of shape ``[2 N]``,
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements)
-    (with ``squares_dtype="bfloat16"``: one call over the float32 ``[N]`` gradients and one
-    over the bfloat16 ``[N]`` squares), computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
+    (``sq_sums`` None) the squares are taken here. It makes two
+    ``replica_context.all_reduce(SUM, ...)`` calls (:func:`sum_with_squares`), over the
+    float32 ``[N]`` gradients ``[x_1 .. x_n]`` flattened and packed (``N`` = total elements)
+    and over their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``), computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
     if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
     ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
     finite, the state is left as it was (the loss-scale optimizers skip such a step) and the
