@@ -95,6 +95,13 @@ def parse_args(argv=None):
         "--append", action="store_true", help="Add the rows to an existing --out document."
     )
     p.add_argument("--label", default="", help="A note stored with (and shown for) the rows.")
+    p.add_argument(
+        "--bytes_per_pack",
+        type=int,
+        default=0,
+        help="CommunicationOptions.bytes_per_pack: 0 = one pack per all-reduce call "
+        "(TensorFlow's default); > 0 splits a call's tensors into packs of about that size.",
+    )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
     p.add_argument("--collective", default=None, help=argparse.SUPPRESS)
@@ -251,7 +258,9 @@ def worker_main(args):
     impl = getattr(tf.distribute.experimental.CommunicationImplementation, args.collective)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=impl, timeout_seconds=float(args.timeout)
+            implementation=impl,
+            timeout_seconds=float(args.timeout),
+            bytes_per_pack=args.bytes_per_pack,
         )
     )
     workers = strategy.num_replicas_in_sync
@@ -294,6 +303,7 @@ def worker_main(args):
         {
             "model": args.model,
             "collective": args.collective,
+            "bytes_per_pack": args.bytes_per_pack,
             "workers": workers,
             "steps_per_call": args.steps,
             "reps": args.reps,
@@ -354,6 +364,7 @@ def _pass_through(args):
         f"--bert_batch={args.bert_batch}",
         f"--bert_seq={args.bert_seq}",
         f"--timeout={args.timeout}",
+        f"--bytes_per_pack={args.bytes_per_pack}",
         "--variants=" + ",".join(args.variants),
     ]
     return out
@@ -437,6 +448,7 @@ def run(args, log=print):
                 "bert_batch",
                 "bert_seq",
                 "timeout",
+                "bytes_per_pack",
             )
         },
         "timing": [],

@@ -1187,7 +1187,9 @@ def loopback_section(lb, bf, lines, readme_lines=None):
         lines += [
             "## Over a real collective: two workers on 127.0.0.1",
             "",
-            f"Made by `{lb.get('command')}`. Two worker processes of "
+            "Made by "
+            + ", ".join(f"`{c}`" for c in lb.get("earlier_commands", []) + [lb.get("command")])
+            + ". Two worker processes of "
             "`MultiWorkerMirroredStrategy` (one CPU replica each, k = 2) on the loopback "
             "interface: every step's all-reduce goes through TensorFlow's collective ops "
             "over gRPC, so the bytes are really sent (the other sections sum replicas in one "
@@ -1199,6 +1201,16 @@ def loopback_section(lb, bf, lines, readme_lines=None):
             "all-reduces per step, from the variable sizes (a 2-worker ring sends and "
             "receives that much). The two workers share the machine's 2 cores, which other "
             "jobs also used. Cost model: [cost_model.md](cost_model.md).",
+            "",
+            "Rows labelled *before* ran with the library's earlier single all-reduce of one "
+            "`[x, x*x]` buffer; *after* with the gradients and the squares in two calls "
+            "(`vrgd_tf.gsnr.sum_with_squares` today). `sq_split` in the before rows is that "
+            "change measured alone. `bytes_per_pack` > 0: "
+            "`CommunicationOptions(bytes_per_pack=...)` splits each call's tensors into packs, "
+            "which helps the base on the 2x model (its gradients are many tensors) but cannot "
+            "split VR's single `[N]` buffers. VR with bfloat16 squares ends with other weights "
+            "than with float32 squares at k = 2: the factors differ there (see the "
+            "bfloat16 squares section below).",
             "",
         ]
         for e in lb["timing"]:
@@ -1226,6 +1238,13 @@ def loopback_section(lb, bf, lines, readme_lines=None):
                     + " |"
                 )
             lines.append("")
+            if "vr" in raw and "vr_bf16" in raw:
+                q = sorted(a / b for a, b in zip(raw["vr_bf16"], raw["vr"]))
+                lines += [
+                    "bfloat16 squares / float32 squares (VR step time, per repetition): "
+                    f"median {q[len(q) // 2]:.3f} ({q[0]:.2f}–{q[-1]:.2f}).",
+                    "",
+                ]
             wc = e.get("weights_check", {})
             if wc:
                 lines += [
@@ -1236,7 +1255,19 @@ def loopback_section(lb, bf, lines, readme_lines=None):
                     + " (max |Δ| / max |w|).",
                     "",
                 ]
-            if readme_lines is not None and "vr" in e["ratio"]:
+            latest = [
+                x
+                for x in lb["timing"]
+                if (x["model"], x["collective"], x.get("bytes_per_pack", 0))
+                == (e["model"], e["collective"], e.get("bytes_per_pack", 0))
+            ][-1]
+            if (
+                readme_lines is not None
+                and "vr" in e["ratio"]
+                and latest is e
+                and e["collective"] == "RING"
+                and not e.get("bytes_per_pack")
+            ):
                 sb = e.get("ratio_same_bytes", {})
                 text = (
                     f"- Over a real collective (2 workers on 127.0.0.1, {e['collective']}), "

@@ -59,7 +59,7 @@ VRGD_ARGS_DOC = """
         parameter, and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1):
         ``docs/cost_model.md``. Default ``"float32"``.
 
-    Gradients are all-reduced together with their squares (one collective); the factor
+    Gradients are all-reduced together with their squares (two calls); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
     the base update. With one GSNR sample per step (one replica, no micro-batch groups) the
     step equals the base optimizer's and a warning is logged once; so does a step in which

@@ -474,7 +474,7 @@ def sum_with_squares(
     sq_sums: Optional[Sequence] = None,
     squares_dtype: str = "float32",
 ):
-    """VRGD's one collective: all-reduces (SUM) the gradients packed with their squares.
+    """VRGD's collective: all-reduces (SUM) the packed gradients, then their squares.
 
     Two ``replica_context.all_reduce`` calls: the first carries the float32 buffer
     ``[x_1 .. x_n]`` of shape ``[N]`` (``x`` the flattened dense gradients, 4 N bytes) and,
