@@ -42,7 +42,8 @@ def factor_of_step(cls, grads, k, jit_compile=False, **kwargs):
         jit_compile=jit_compile,
     )
     w = util.replica_values(variables["w"])[0]
-    return -w / grads.astype(np.float64).sum(0), opt
+    with np.errstate(divide="ignore", invalid="ignore"):  # S1 = 0: no factor to read
+        return -w / grads.astype(np.float64).sum(0), opt
 
 
 def reference_bf16_factor(xs, gamma):
