@@ -756,7 +756,7 @@ class StepTimer:
 
 #: Default weights check of :func:`time_variants`: variants that must end with the weights
 #: of ``base`` (the same update), the others are compared with ``vr``.
-_SAME_AS_BASE = ("base", "sq", "base_allreduce")
+_SAME_AS_BASE = ("base", "sq", "sq_split", "sq_bf16", "base_allreduce")
 
 
 def time_variants(make_timers, variant_names, steps, reps, log, checks=None, weights_out=None):
@@ -944,13 +944,14 @@ def cnn1d_timing_data(batch):
 BERT_EXCLUDE = ["LayerNorm", "layer_norm", "bias"]
 
 
-def bert_tiny(seq):
+def bert_tiny(seq, vocab_size=30522):
     """Model Garden ``BertEncoder`` 2 layers x 128 hidden (tf_keras) in ``BertPretrainerV2``
-    with its tied masked-LM head."""
+    with its tied masked-LM head (``vocab_size`` other than BERT's 30522: a model of other
+    size with the same layers, e.g. twice the parameters for the loopback benchmark)."""
     from official.nlp.modeling import models, networks
 
     encoder = networks.BertEncoder(
-        vocab_size=30522,
+        vocab_size=vocab_size,
         hidden_size=128,
         num_layers=2,
         num_attention_heads=2,

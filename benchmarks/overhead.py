@@ -115,6 +115,14 @@ flags.DEFINE_list("memory_variants", ["base", "vr"], "Variants measured for memo
 flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
+flags.DEFINE_bool(
+    "loopback",
+    False,
+    "Also time base vs VR over a real collective: benchmarks/loopback.py (2 "
+    "MultiWorkerMirroredStrategy workers on 127.0.0.1; --quick passes through). Its rows go to "
+    "results/loopback[_quick].json and under 'loopback' here. --models= --nomemory: only that.",
+)
+flags.DEFINE_string("loopback_args", "", "Extra arguments for loopback.py, space separated.")
 # Internal: child processes.
 flags.DEFINE_enum(
     "child", None, ["memory", "bert", "embedding"], "Internal: run as a child process."
@@ -496,6 +504,25 @@ def memory_runs(log):
 # --------------------------------------------------------------------------------------------
 
 
+def loopback_runs(log):
+    """Runs ``loopback.py`` in a child process (it starts and always stops its 2 workers)
+    and returns its JSON document."""
+    import subprocess
+
+    import benchlib
+
+    out = os.path.join(
+        benchlib.RESULTS_DIR, "loopback_quick.json" if FLAGS.quick else "loopback.json"
+    )
+    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loopback.py")]
+    cmd += ["--quick"] * FLAGS.quick + [f"--out={out}"] + FLAGS.loopback_args.split()
+    log("loopback collective (2 workers on 127.0.0.1): " + " ".join(cmd[1:]))
+    proc = subprocess.run(cmd, text=True)
+    if proc.returncode != 0:
+        log(f"  loopback.py exited with {proc.returncode}")
+    return benchlib.read_json(out) if os.path.exists(out) else None
+
+
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
@@ -559,6 +586,7 @@ def main(argv):
                 "embedding_pairs",
                 "embedding_variants",
                 "embedding_memory_variants",
+                "loopback",
             )
         },
         "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
@@ -630,6 +658,8 @@ def main(argv):
     if FLAGS.memory:
         log("memory (subprocesses):")
         doc["memory"] = memory_runs(log)
+    if FLAGS.loopback:
+        doc["loopback"] = loopback_runs(log)
     doc["elapsed_s"] = round(time.time() - t_start, 1)
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     doc["complete"] = True

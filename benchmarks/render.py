@@ -146,6 +146,7 @@ def main(argv):
             [p for p in (sweep, bert, ov) if p],
             FLAGS.images_dir,
             (ov or {}).get("memory", []),
+            ctx.readme_lines,
         )
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
     with open(FLAGS.out_md, "w") as f:

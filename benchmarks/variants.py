@@ -19,7 +19,12 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics;
   vr_dense        ``vr`` with the statistics of ``tf.IndexedSlices`` gradients taken on their
                   dense form (the library before its sparse statistics): VR minus
-                  ``vr_dense`` is what the exact sparse statistics save.
+                  ``vr_dense`` is what the exact sparse statistics save;
+  sq_split        base + the same 8 N bytes as ``sq`` in two float32 all-reduce calls of
+                  ``[x]`` and ``[x*x]`` (4 N bytes each): separates bytes from buffer size;
+  sq_bf16, vr_bf16, vr_nostats_bf16
+                  the same with ``squares_dtype="bfloat16"``: the squares all-reduced in a
+                  second, bfloat16 buffer (6 instead of 8 bytes per parameter).
 """
 
 from unittest import mock
@@ -29,18 +34,38 @@ import tensorflow as tf
 from vrgd_tf import gsnr
 
 VARIANTS = ("base", "sq", "vr_nostats", "vr")
-VR_VARIANTS = {"vr": {}, "vr_nostats": {"statistics_interval": 0}}
+VR_VARIANTS = {
+    "vr": {},
+    "vr_nostats": {"statistics_interval": 0},
+    "vr_bf16": {"squares_dtype": "bfloat16"},
+    "vr_nostats_bf16": {"statistics_interval": 0, "squares_dtype": "bfloat16"},
+}
 
 
-def _sum_with_squares(ctx, grads):
+def _sum_with_squares(ctx, grads, squares_dtype="float32"):
     """All-reduce the packed [x, x*x] (the library's collective); returns the plain sums."""
-    s1, _, sizes, dense, _ = gsnr.sum_with_squares(grads, replica_context=ctx)
+    s1, _, sizes, dense, _ = gsnr.sum_with_squares(
+        grads, replica_context=ctx, squares_dtype=squares_dtype
+    )
     return [tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)]
 
 
 def _reduce(name, ctx, grads):
     if name == "sq":
         return _sum_with_squares(ctx, grads)
+    if name == "sq_bf16":
+        return _sum_with_squares(ctx, grads, "bfloat16")
+    if name == "sq_split":
+        dense = [gsnr.dense_gradient(g) for g in grads]
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
+        s1 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, flat)
+        s2 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.square(flat))
+        with tf.control_dependencies([s2]):
+            s1 = tf.identity(s1)
+        sizes = [int(g.shape.num_elements()) for g in dense]
+        return [
+            tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)
+        ]
     if name == "base_allreduce":
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [gsnr.dense_gradient(g) for g in grads])
     raise ValueError(f"unknown variant {name!r}")

@@ -463,7 +463,7 @@ class YamlFilesTest(tf.test.TestCase):
         vr = {
             k: v
             for k, v in blocks["vrgd_lamb"].items()
-            if k not in ("gamma", "beta_3", "statistics_interval")
+            if k not in ("gamma", "beta_3", "statistics_interval", "squares_dtype")
         }
         self.assertEqual(vr, blocks["lamb"])
         self.assertEqual((blocks["vrgd_lamb"]["gamma"], blocks["vrgd_lamb"]["beta_3"]), (0.1, 0.9))
@@ -495,7 +495,7 @@ class YamlFilesTest(tf.test.TestCase):
         vr = {
             k: v
             for k, v in blocks["vrgd_lars"].items()
-            if k not in ("gamma", "beta_3", "statistics_interval")
+            if k not in ("gamma", "beta_3", "statistics_interval", "squares_dtype")
         }
         self.assertEqual(vr, blocks["lars"])
         self.assertEqual(vr["weight_decay_rate"], 2e-4)
@@ -517,7 +517,7 @@ class YamlFilesTest(tf.test.TestCase):
             self.assertEqual(opt_b["optimizer"]["type"], opt)
             settings_a = dict(opt_a["optimizer"]["vrgd_" + opt])
             settings_b = dict(opt_b["optimizer"][opt])
-            for key in ("gamma", "beta_3", "statistics_interval", "name"):
+            for key in ("gamma", "beta_3", "statistics_interval", "squares_dtype", "name"):
                 settings_a.pop(key)
             settings_b.pop("name")
             self.assertEqual(settings_a, settings_b)

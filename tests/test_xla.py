@@ -43,14 +43,17 @@ class FakeReplicaContext:
     def __init__(self, others):
         self.others = others  # [k - 1][n] arrays
         self.num_replicas_in_sync = len(others) + 1
+        self.calls = 0
 
     def all_reduce(self, op, value):
-        """``value`` is VRGD's packed float32 buffer ``[x_flat, x_flat**2]``."""
+        """VRGD's two calls per step: the float32 ``x_flat``, then ``x_flat**2``."""
         assert op == tf.distribute.ReduceOp.SUM
+        squares = self.calls % 2 == 1
+        self.calls += 1
         extra = 0.0
         for grads in self.others:
             flat = np.concatenate([np.ravel(g) for g in grads]).astype(np.float32)
-            extra = extra + np.concatenate([flat, flat * flat])
+            extra = extra + (flat * flat if squares else flat)
         return value + tf.constant(extra, tf.float32)
 
 

@@ -41,8 +41,9 @@ class GSNRAggregator(tf.Module):
     """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
 
     Call it in the replica context (inside ``strategy.run``) where the replicas' gradients
-    would be summed. It makes one ``all_reduce(SUM)`` of the packed float32 buffer
-    ``[sum_j x_j, sum_j x_j**2]`` over the ``R`` replicas in sync, each holding
+    would be summed. It all-reduces (SUM) the float32 ``sum_j x_j`` and then
+    ``sum_j x_j**2`` (two calls; the squares in float32 or bfloat16) over the ``R`` replicas
+    in sync, each holding
     ``m = num_groups`` micro-batch gradients ``x_j``, so ``k = R * m`` GSNR samples; computes
     per element the GSNR ``r = S1**2 / (k S2 - S1**2)`` (eq. 7), the factor
     ``clip(r / mean(r), gamma, 1)`` per variable (eqs. 8, 9), its momentum if
@@ -78,6 +79,12 @@ class GSNRAggregator(tf.Module):
         Default 0.
       statistics_interval: int >= 0, in steps: diagnostics are recorded on steps that
         bring the step count to a multiple of it (0 = never). Default 1.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are
+        all-reduced in. bfloat16 sends 6 instead of 8 bytes per parameter (the gradients
+        stay float32) at the cost of a coarser variance: GSNRs above about
+        ``1 / (2**-8 k)`` count as undefined (factor 1); see
+        :func:`vrgd_tf.gsnr.sum_with_squares` and ``docs/cost_model.md``. Default
+        ``"float32"``.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -102,6 +109,7 @@ class GSNRAggregator(tf.Module):
         beta_3=0.0,
         statistics_interval=1,
         *,
+        squares_dtype="float32",
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
@@ -113,6 +121,7 @@ class GSNRAggregator(tf.Module):
         self.statistics_interval = validation.check_count(
             "statistics_interval", statistics_interval
         )
+        self.squares_dtype = gsnr.validate_squares_dtype(squares_dtype)
         self._owner = owner or name
         self._standalone = make_variable is None
         self._make_variable = make_variable or _replica_local_variable
@@ -221,6 +230,7 @@ class GSNRAggregator(tf.Module):
             record_statistics=self._record_statistics(step),
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
             num_groups=num_groups,
+            squares_dtype=self.squares_dtype,
         )
         if self._steps is not None:
             finite = tf.reduce_all(
@@ -340,12 +350,13 @@ class GSNRAggregator(tf.Module):
         return out
 
     def get_config(self) -> dict:
-        """``gamma``, ``beta_3``, ``statistics_interval`` and ``name``: the constructor's
-        serializable arguments (:meth:`from_config` inverts it)."""
+        """``gamma``, ``beta_3``, ``statistics_interval``, ``squares_dtype`` and ``name``: the
+        constructor's serializable arguments (:meth:`from_config` inverts it)."""
         return {
             "gamma": self.gamma,
             "beta_3": self.beta_3,
             "statistics_interval": self.statistics_interval,
+            "squares_dtype": self.squares_dtype,
             "name": self.name,
         }
 

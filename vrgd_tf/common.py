@@ -54,8 +54,12 @@ VRGD_ARGS_DOC = """
         are computed and stored on the steps that bring ``iterations`` to a multiple of it
         (every step for 1, never for 0); other steps skip that work. Set it to the
         summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``). Default 1.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are
+        all-reduced in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per
+        parameter, and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1):
+        ``docs/cost_model.md``. Default ``"float32"``.
 
-    Gradients are all-reduced together with their squares (one collective); the factor
+    Gradients are all-reduced together with their squares (two calls); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
     the base update. With one GSNR sample per step (one replica, no micro-batch groups) the
     step equals the base optimizer's and a warning is logged once; so does a step in which
@@ -63,7 +67,7 @@ VRGD_ARGS_DOC = """
 
     Raises:
       ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
-        ``statistics_interval`` or a base argument outside its range (the message names it).
+        ``statistics_interval``, ``squares_dtype`` or a base argument outside its range (the message names it).
 """
 
 
@@ -132,7 +136,7 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
     to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3`` and
-    ``statistics_interval=1``."""
+    ``statistics_interval=1`` and ``squares_dtype="float32"``."""
     params = [
         p.replace(default=class_name) if p.name == "name" else p
         for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
@@ -143,6 +147,7 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
         inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
         inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY, default=default_beta_3),
         inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY, default=1),
+        inspect.Parameter("squares_dtype", inspect.Parameter.KEYWORD_ONLY, default="float32"),
     ]
     return inspect.Signature(params + extra + var_kw)
 
@@ -158,6 +163,7 @@ class VRGDCommon:
       gamma: float in (0, 1], lower bound of the factor (paper eq. 9; default 0.1).
       beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
       statistics_interval: int >= 0, steps between two recordings of the diagnostics.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
       vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
         variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """
@@ -170,14 +176,23 @@ class VRGDCommon:
     #: Constructor arguments the base needs > 0 (checked with the others, by name).
     _vrgd_positive_args = ()
 
-    def __init__(self, *args, gamma=0.1, beta_3=None, statistics_interval=1, **kwargs):
+    def __init__(
+        self,
+        *args,
+        gamma=0.1,
+        beta_3=None,
+        statistics_interval=1,
+        squares_dtype="float32",
+        **kwargs,
+    ):
         base = self._vrgd_base_class
         beta_3 = self._vrgd_default_beta_3 if beta_3 is None else beta_3
-        # Checks gamma, beta_3 and statistics_interval before anything else is built.
+        # Checks the VRGD arguments before anything else is built.
         aggregator = GSNRAggregator(
             gamma,
             beta_3,
             statistics_interval,
+            squares_dtype=squares_dtype,
             owner=type(self).__name__,
             make_variable=self._vrgd_make_variable,
             var_key=self._vrgd_var_key,
@@ -205,6 +220,10 @@ class VRGDCommon:
         return self._vrgd.statistics_interval
 
     @property
+    def squares_dtype(self) -> str:
+        return self._vrgd.squares_dtype
+
+    @property
     def _vrgd_state(self):
         """The aggregator's :class:`vrgd_tf.gsnr.VRGDState` (None before build)."""
         return self._vrgd.state
@@ -226,6 +245,7 @@ class VRGDCommon:
                 "gamma": self.gamma,
                 "beta_3": self.beta_3,
                 "statistics_interval": self.statistics_interval,
+                "squares_dtype": self.squares_dtype,
             }
         )
         return config

@@ -49,10 +49,10 @@ All arithmetic is float32 whatever the variable dtype; the result has the gradie
 Precision: the variance comes from one pass over ``S1`` and ``S2``, so its relative error is
 about ``k * eps32 * (1 + r)``; an element with a GSNR of 1e3 has ``r`` to about 1e-4. Such
 elements are almost always clipped at 1; they move the per-variable ``mean(r)`` slightly.
-Nothing here branches in Python on tensor values, and the collectives are one
-``ReplicaContext.all_reduce`` call (the dense gradients) and, if there are sparse gradients,
-one ``ReplicaContext.all_gather`` call (their rows), outside any ``tf.cond``, so the step
-compiles with XLA and runs under ``TPUStrategy``.
+Nothing here branches in Python on tensor values, and the collectives are two
+``ReplicaContext.all_reduce`` calls (the dense gradients, then their squares) and, if there
+are sparse gradients, one ``ReplicaContext.all_gather`` call (their rows), outside any
+``tf.cond``, so the step compiles with XLA and runs under ``TPUStrategy``.
 
 Sparse gradients (``tf.IndexedSlices``, spec section 4): the statistics are those of the
 dense form, taken exactly on the rows some replica touched (:func:`_sparse_statistics`):
@@ -60,7 +60,8 @@ each replica's rows with the squares of its per-index sums are gathered, ``S1`` 
 summed per row of their union, and the GSNR computed there. Untouched rows have an undefined
 GSNR on the dense form too (factor 1, out of ``mean(r)``), so nothing of the variable's
 dense shape is formed; with ``beta_3 > 0`` their deficit decays by ``beta_3`` in place
-(``d_t = beta_3 d_{t-1}``, as a factor of 1 gives), the touched rows are scattered.
+(``d_t = beta_3 d_{t-1}``, as a factor of 1 gives), the touched rows are scattered. The
+gathered rows and squares are float32 whatever ``squares_dtype``.
 """
 
 import dataclasses
@@ -74,6 +75,7 @@ from vrgd_tf import naming
 
 __all__ = [
     "NOISE_RTOL",
+    "NOISE_RTOL_BFLOAT16",
     "STATISTICS_FIELDS",
     "GSNRStatistics",
     "VRGDState",
@@ -85,12 +87,28 @@ __all__ = [
     "variance_reduce",
     "validate_gamma",
     "validate_beta_3",
+    "validate_squares_dtype",
+    "SQUARES_DTYPES",
+    "noise_rtol",
 ]
 
 #: Relative threshold, per replica, below which the variance across replicas counts as zero:
 #: an element is "noise free" when ``s2 <= NOISE_RTOL * k * mean(x**2)``. 16 float32 ulps
 #: per summed replica.
 NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
+
+#: The same threshold when the squares travel in bfloat16 (``squares_dtype="bfloat16"``):
+#: the unit roundoff of bfloat16, ``2**-8``, per summed replica. Each square is rounded
+#: once (relative error <= 2**-8) and each of the ``k - 1`` additions of the all-reduce
+#: rounds once more, so ``S2`` is known to about ``k * 2**-8 * S2`` at worst, and an element
+#: counts as noisy only if ``noise > 2**-8 * k * S2``, i.e. its GSNR is below
+#: ``1 / (2**-8 * k) - 1`` (127 at k = 2, 31 at k = 8, 3 at k = 64); above that it gets
+#: factor 1 and is left out of ``mean(r)``, as in float32 (*our reading*; measured in
+#: ``docs/results.md``).
+NOISE_RTOL_BFLOAT16 = 2.0**-8
+
+#: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
+SQUARES_DTYPES = ("float32", "bfloat16")
 
 #: Names of the diagnostics kept per variable, in storage order: the fields of
 #: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
@@ -144,6 +162,43 @@ def validate_beta_3(beta_3):
     if not 0.0 <= beta_3 < 1.0:
         raise ValueError(f"`beta_3` must be in [0, 1); got {beta_3}.")
     return beta_3
+
+
+def validate_squares_dtype(squares_dtype):
+    """Checks ``squares_dtype``, the dtype the squared gradients are all-reduced in.
+
+    Args:
+      squares_dtype: ``"float32"`` (default of every VRGD class: the squares travel with
+        the gradients in one float32 buffer) or ``"bfloat16"`` (they travel in a second,
+        bfloat16 buffer of half the bytes; the gradient sums stay float32 and exact). A
+        ``tf.DType`` of those names is accepted too.
+
+    Returns:
+      The name, ``"float32"`` or ``"bfloat16"``.
+
+    Raises:
+      TypeError: not a string (or ``tf.DType``).
+      ValueError: not one of :data:`SQUARES_DTYPES`.
+    """
+    if isinstance(squares_dtype, tf.DType):
+        squares_dtype = squares_dtype.name
+    if not isinstance(squares_dtype, str):
+        raise TypeError(
+            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
+            f"got {squares_dtype!r} of type {type(squares_dtype).__name__}."
+        )
+    if squares_dtype not in SQUARES_DTYPES:
+        raise ValueError(
+            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
+            f"got {squares_dtype!r}."
+        )
+    return squares_dtype
+
+
+def noise_rtol(squares_dtype="float32") -> float:
+    """The per-replica relative noise threshold for squares all-reduced in
+    ``squares_dtype``: :data:`NOISE_RTOL` (float32) or :data:`NOISE_RTOL_BFLOAT16`."""
+    return NOISE_RTOL_BFLOAT16 if squares_dtype == "bfloat16" else NOISE_RTOL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +277,13 @@ def _per_element(values: tf.Tensor, sizes: Sequence[int]) -> tf.Tensor:
 
 
 def gsnr_factors_flat(
-    s1: tf.Tensor, s2: tf.Tensor, sizes: Sequence[int], num_replicas: int, gamma: float
+    s1: tf.Tensor,
+    s2: tf.Tensor,
+    sizes: Sequence[int],
+    num_replicas: int,
+    gamma: float,
+    *,
+    squares_dtype: str = "float32",
 ) -> Tuple[tf.Tensor, tf.Tensor]:
     """The VRGD factors of ``n`` variables packed in one flat buffer (eqs. 7 to 9).
 
@@ -237,6 +298,9 @@ def gsnr_factors_flat(
       sizes: Python ints, the number of elements of each of the ``n`` variables.
       num_replicas: Python int >= 2, the number ``k`` of replicas summed.
       gamma: Python float in (0, 1], the lower bound of the factor.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``: the dtype ``s2`` was all-reduced in
+        (it is float32 here either way); selects the noise threshold,
+        :data:`NOISE_RTOL` or :data:`NOISE_RTOL_BFLOAT16`.
 
     Returns:
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
@@ -244,12 +308,14 @@ def gsnr_factors_flat(
       ``[n, NUM_STATISTICS]``, one :class:`GSNRStatistics` row per variable (its
       ``mean_factor`` is the mean of ``factor``: no smoothing here).
     """
-    factor, _, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
+    factor, _, make_statistics = _factors(
+        s1, s2, sizes, num_replicas, gamma, noise_rtol(validate_squares_dtype(squares_dtype))
+    )
     return factor, make_statistics(factor)
 
 
 def _factors(
-    s1, s2, sizes, num_replicas, gamma, stat_sizes=None
+    s1, s2, sizes, num_replicas, gamma, stat_sizes=None, rtol=NOISE_RTOL
 ) -> Tuple[tf.Tensor, tf.Tensor, Callable[..., tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
 
@@ -264,12 +330,13 @@ def _factors(
     """
     k = float(num_replicas)
     # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
-    # r = signal / noise, and "s2 > NOISE_RTOL * k * mean(x**2)" is noise > NOISE_RTOL*k*S2.
+    # r = signal / noise, and "s2 > rtol * k * mean(x**2)" is noise > rtol * k * S2 (rtol:
+    # NOISE_RTOL, or NOISE_RTOL_BFLOAT16 for squares all-reduced in bfloat16).
     # The comparison is False for NaN and for an overflowed square or S2 (noise -Inf, NaN or
     # +Inf > +Inf), so it is also the finiteness test: one pass fewer per element.
     signal = tf.square(s1) * (1.0 / k)
     noise = s2 - signal
-    defined = noise > (NOISE_RTOL * k) * s2
+    defined = noise > (rtol * k) * s2
     # Where undefined, divide by 1 instead, so no Inf or NaN is ever formed.
     ratio = tf.where(defined, signal / tf.where(defined, noise, 1.0), 0.0)
 
@@ -418,13 +485,22 @@ class VRGDState:
         return self._index[self._var_key(variable)]
 
 
-def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequence] = None):
-    """VRGD's one collective: all-reduces (SUM) the gradients packed with their squares.
+def sum_with_squares(
+    grads: Sequence,
+    *,
+    replica_context,
+    sq_sums: Optional[Sequence] = None,
+    squares_dtype: str = "float32",
+):
+    """VRGD's collective: all-reduces (SUM) the packed gradients, then their squares.
 
-    One ``replica_context.all_reduce`` call carries the float32 buffer
-    ``[x_1 .. x_n, q_1 .. q_n]`` of shape ``[2 N]`` (``x`` the flattened dense gradients,
-    ``q = x**2`` or the given ``sq_sums``) and, for the ``tf.IndexedSlices`` gradients, the
-    strategy's own sparse SUM of their rows.
+    Two ``replica_context.all_reduce`` calls: the first carries the float32 buffer
+    ``[x_1 .. x_n]`` of shape ``[N]`` (``x`` the flattened dense gradients, 4 N bytes) and,
+    for the ``tf.IndexedSlices`` gradients, the strategy's own sparse SUM of their rows; the
+    second the squares ``[q_1 .. q_n]`` (``q = x**2`` or the given ``sq_sums``), in float32
+    (4 N bytes) or, with ``squares_dtype="bfloat16"``, rounded to bfloat16 (2 N bytes),
+    summed in that dtype and returned as float32. The gradient sums are float32 and as exact
+    as without VRGD either way.
 
     Args:
       grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
@@ -432,6 +508,7 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
       replica_context: the ``tf.distribute.ReplicaContext`` to all-reduce in.
       sq_sums: None, or ``n`` dense tensors of the gradients' shapes (see
         :func:`variance_reduce`).
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
 
     Returns:
       ``(s1, s2, sizes, dense, sparse_sums)``: float32 ``[N]`` sums of ``x`` and of ``q``;
@@ -454,14 +531,19 @@ def sum_with_squares(grads: Sequence, *, replica_context, sq_sums: Optional[Sequ
                 f"`sq_sums` must have the gradients' shapes ({total} elements "
                 f"in all); got {squares.shape.num_elements()}."
             )
-    packed = tf.concat([flat, squares], 0)
+    wire = tf.bfloat16 if validate_squares_dtype(squares_dtype) == "bfloat16" else tf.float32
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
     if sparse:
-        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [packed] + sparse)
+        reduced = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, [flat] + sparse)
         sums, sparse_sums = reduced[0], list(reduced[1:])
     else:
-        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, packed), []
-    return sums[:total], sums[total:], sizes, dense, sparse_sums
+        sums, sparse_sums = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, flat), []
+    # The squares in a call of their own: MultiWorkerMirroredStrategy concatenates the dense
+    # tensors of one call into one buffer (which needs a single dtype), and over its RING
+    # collective one 8 N-byte buffer took twice as long as two 4 N-byte calls
+    # (docs/results.md, loopback rows). The sums are the same either way.
+    sq = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(squares, wire))
+    return sums, tf.cast(sq, tf.float32), sizes, dense, sparse_sums
 
 
 def variance_reduce(
@@ -477,6 +559,7 @@ def variance_reduce(
     record_statistics=True,
     sq_sums: Optional[Sequence] = None,
     num_groups: int = 1,
+    squares_dtype: str = "float32",
 ) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -484,18 +567,18 @@ def variance_reduce(
     gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
     (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
     ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
-    (``sq_sums`` None) the squares are taken here. It makes one
-    ``replica_context.all_reduce(SUM, ...)`` call (if any gradient takes it) over one
-    float32 tensor of shape ``[2 N]``,
-    ``[x_1 .. x_n, x_1**2 .. x_n**2]`` flattened and packed (``N`` = total elements of the
-    dense gradients) and, if ``sq_sums`` is None and there are ``tf.IndexedSlices``
-    gradients with a static number of indices, exactly one
+    (``sq_sums`` None) the squares are taken here. It makes two
+    ``replica_context.all_reduce(SUM, ...)`` calls (:func:`sum_with_squares`, if any
+    gradient takes them), over the float32 ``[N]`` gradients ``[x_1 .. x_n]`` flattened and
+    packed (``N`` = total elements of the dense gradients) and over their squares (float32,
+    or bfloat16 with ``squares_dtype="bfloat16"``) and, if ``sq_sums`` is None and there are
+    ``tf.IndexedSlices`` gradients with a static number of indices, exactly one
     ``replica_context.all_gather(..., axis=0)`` call over their indices and their rows
-    packed with squares (``[R * m_i]`` and ``[R * m_i, 2 w_i]`` for ``m_i`` rows of width
-    ``w_i``; :func:`_sparse_statistics`): their statistics are computed on the union of the
-    touched rows only, numerically those of their dense form. Otherwise (micro-batch groups,
-    indices of unknown length) a sparse gradient is made dense for the statistics and its
-    rows go into the all-reduce call as the strategy's sparse SUM. It
+    packed with squares (``[R * m_i]`` and ``[R * m_i, 2 w_i]`` float32 for ``m_i`` rows of
+    width ``w_i``; :func:`_sparse_statistics`): their statistics are computed on the union of
+    the touched rows only, numerically those of their dense form. Otherwise (micro-batch
+    groups, indices of unknown length) a sparse gradient is made dense for the statistics and
+    its rows go into the first all-reduce call as the strategy's sparse SUM. It
     computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
     if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
     ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
@@ -525,6 +608,10 @@ def variance_reduce(
         gradient, the squares of each group's dense form). Required when
         ``num_groups > 1``.
       num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
+      squares_dtype: ``"float32"`` (default) or ``"bfloat16"``: the dtype the squares are
+        all-reduced in (see :func:`sum_with_squares`; the gradients are float32 either
+        way). bfloat16 saves N * 2 bytes per step on the wire and selects the noise
+        threshold :data:`NOISE_RTOL_BFLOAT16`.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -539,8 +626,9 @@ def variance_reduce(
 
     Raises:
       RuntimeError: called in a cross-replica context.
-      ValueError: a gradient without a static shape, ``num_groups`` < 1, or ``sq_sums``
-        missing (``num_groups > 1``) or not matching ``grads``.
+      ValueError: a gradient without a static shape, ``num_groups`` < 1, ``sq_sums``
+        missing (``num_groups > 1``) or not matching ``grads``, or ``squares_dtype`` not
+        one of :data:`SQUARES_DTYPES`.
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
@@ -550,6 +638,7 @@ def variance_reduce(
             "context."
         )
     grads = list(grads)
+    squares_dtype = validate_squares_dtype(squares_dtype)
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups > 1 and sq_sums is None:
@@ -581,6 +670,7 @@ def variance_reduce(
             [grads[i] for i in dense_at],
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in dense_at],
             replica_context=ctx,
+            squares_dtype=squares_dtype,
         )
     else:
         s1 = s2 = tf.zeros([0], tf.float32)
@@ -592,7 +682,9 @@ def variance_reduce(
         s1 = tf.concat([s1] + [r.s1 for r in rows], 0)
         s2 = tf.concat([s2] + [r.s2 for r in rows], 0)
     sparse_sums = iter(sparse_sums)
-    factor, num_defined, make_statistics = _factors(s1, s2, sizes, k, gamma, stat_sizes)
+    factor, num_defined, make_statistics = _factors(
+        s1, s2, sizes, k, gamma, stat_sizes, noise_rtol(squares_dtype)
+    )
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
     # all-reduced test on every replica keeps the VRGD state untouched on such a step.

@@ -19,5 +19,6 @@ SECTION_NAMES = (
     "sparse",
     "groups",
     "lr_probe",
+    "loopback",
 )
 SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)

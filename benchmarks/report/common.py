@@ -36,6 +36,7 @@ class Context:
       img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
       headline, bert_headline, headline_ov: filled by the sweep, BERT and overhead sections
         for the report's head and the README block.
+      readme_lines: further Markdown lines for the README block, from any section.
     """
 
     inputs: dict
@@ -46,6 +47,7 @@ class Context:
     headline: list = dataclasses.field(default_factory=list)
     bert_headline: list = dataclasses.field(default_factory=list)
     headline_ov: list = dataclasses.field(default_factory=list)
+    readme_lines: list = dataclasses.field(default_factory=list)
 
     def result(self, stem):
         """The JSON of ``stem`` given on the command line, else

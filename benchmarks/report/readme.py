@@ -8,9 +8,11 @@ README_BEGIN = "<!-- results:begin -->"
 README_END = "<!-- results:end -->"
 
 
-def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_dir, memory=()):
+def write_readme_block(
+    readme, headline, bert_headline, headline_ov, docs, img_dir, memory=(), extra_lines=()
+):
     """Replaces the README's text between README_BEGIN and README_END with the headline
-    numbers (a table), the commands that made them and the main plots."""
+    numbers (a table), the commands that made them, ``extra_lines`` and the main plots."""
     with open(readme) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
@@ -58,6 +60,7 @@ def write_readme_block(readme, headline, bert_headline, headline_ov, docs, img_d
                 f"{PAIR_LABEL.get(m['pair'], m['pair'])}, batch {m['batch']}: "
                 f"{pr['median']:.3f} median ({pr['min']:.3f}–{pr['max']:.3f})."
             )
+    lines += list(extra_lines)
     lines.append("")
     for name, alt in (
         ("acc_vs_batch_mnist1d.png", "test accuracy and gap vs batch"),

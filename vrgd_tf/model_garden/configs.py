@@ -10,6 +10,8 @@ Each VRGD config extends Model Garden's config of its base optimizer
 * ``statistics_interval``: steps between two recordings of the GSNR diagnostics, int >= 0
   (1 = every step, 0 = never); set it to a divisor of ``trainer.steps_per_loop`` so that
   :class:`vrgd_tf.model_garden.trainer.VRGDTrainer` summarises fresh values.
+* ``squares_dtype``: ``"float32"`` (default) or ``"bfloat16"``, the dtype the squared
+  gradients are all-reduced in (``docs/cost_model.md``).
 
 ``OptimizerFactory`` passes every field of the selected config to the optimizer's
 constructor as a keyword argument, so the field names are exactly the constructor
@@ -71,12 +73,15 @@ class VRGDSGDConfig(_StrictFromDict, mg_cfg.SGDConfig):
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
+      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
+        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
     """
 
     name: str = "VRGDSGD"
     gamma: float = 0.1
     beta_3: float = 0.0
     statistics_interval: int = 1
+    squares_dtype: str = "float32"
 
 
 @dataclasses.dataclass
@@ -87,12 +92,15 @@ class VRGDAdamConfig(_StrictFromDict, mg_cfg.AdamConfig):
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
+      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
+        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
     """
 
     name: str = "VRGDAdam"
     gamma: float = 0.1
     beta_3: float = 0.9
     statistics_interval: int = 1
+    squares_dtype: str = "float32"
 
 
 @dataclasses.dataclass
@@ -103,12 +111,15 @@ class VRGDLarsConfig(_StrictFromDict, mg_cfg.LARSConfig):
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
+      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
+        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
     """
 
     name: str = "VRGDLars"
     gamma: float = 0.1
     beta_3: float = 0.0
     statistics_interval: int = 1
+    squares_dtype: str = "float32"
 
 
 @dataclasses.dataclass
@@ -119,12 +130,15 @@ class VRGDLambConfig(_StrictFromDict, mg_cfg.LAMBConfig):
       gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
       beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
       statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
+      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
+        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
     """
 
     name: str = "VRGDLamb"
     gamma: float = 0.1
     beta_3: float = 0.9
     statistics_interval: int = 1
+    squares_dtype: str = "float32"
 
 
 #: One-of field name -> config class, for the four VRGD optimizers.
@@ -221,7 +235,8 @@ def check_optimization_config(
     Raises:
       KeyError: ``optimizer.type`` is not one of the one-of's fields (names the
         known ones).
-      ValueError, TypeError: ``gamma``, ``beta_3`` or ``statistics_interval`` of the
+      ValueError, TypeError: ``gamma``, ``beta_3``, ``statistics_interval`` or
+        ``squares_dtype`` of the
         selected VRGD optimizer is out of range (names the key).
     """
     one_of = config.optimizer
@@ -249,6 +264,10 @@ def check_optimization_config(
             validation.check_count("statistics_interval", selected.statistics_interval)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{prefix}.statistics_interval: {e}") from e
+        try:
+            gsnr.validate_squares_dtype(selected.squares_dtype)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{prefix}.squares_dtype: {e}") from e
 
 
 @dataclasses.dataclass
