@@ -85,7 +85,7 @@ NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
 
 #: Names of the diagnostics kept per variable, in storage order: the fields of
 #: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
-STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor")
+STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor", "norm_ratio")
 
 #: Number of diagnostics kept per variable.
 NUM_STATISTICS = len(STATISTICS_FIELDS)
@@ -149,6 +149,12 @@ class GSNRStatistics:
       mean_factor: mean over all elements of the factor actually applied (after the
         ``beta_3`` smoothing), in [gamma, 1]: the effective scale of this variable's step
         relative to the base optimizer's (1 = no variance reduction).
+      norm_ratio: update norm ratio ``||f * S1||_2 / ||S1||_2`` over the variable's
+        elements, ``f`` the factor actually applied (after smoothing) and ``S1`` the plain
+        summed gradient: the length of the variance-reduced summed gradient relative to
+        the base optimizer's, in [gamma, 1] (so in [0, 1]); defined as 1 when
+        ``||S1|| = 0``. Unlike ``mean_factor`` it weights each element by its squared
+        gradient, so it is the scale of the step the base rule actually receives.
 
     ``frac_at_gamma`` and ``frac_at_one`` describe this step's raw factor, before smoothing.
     """
@@ -157,6 +163,7 @@ class GSNRStatistics:
     frac_at_gamma: tf.Tensor
     frac_at_one: tf.Tensor
     mean_factor: tf.Tensor
+    norm_ratio: tf.Tensor
 
     def stack(self) -> tf.Tensor:
         """Returns the values as a float32 tensor of shape ``[NUM_STATISTICS]``."""
@@ -233,7 +240,8 @@ def gsnr_factors_flat(
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
       exactly 1 wherever the GSNR is undefined; ``stats`` is float32
       ``[n, NUM_STATISTICS]``, one :class:`GSNRStatistics` row per variable (its
-      ``mean_factor`` is the mean of ``factor``: no smoothing here).
+      ``mean_factor`` is the mean of ``factor`` and its ``norm_ratio``
+      ``||factor * s1|| / ||s1||``: no smoothing here).
     """
     factor, _, make_statistics = _factors(s1, s2, sizes, num_replicas, gamma)
     return factor, make_statistics(factor)
@@ -243,6 +251,7 @@ def _factors(
     s1, s2, sizes, num_replicas, gamma
 ) -> Tuple[tf.Tensor, tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
+    Needs ``s1`` finite (the callers record only steps with a finite ``s1``).
 
     Returns ``(factor, num_defined, make_statistics)``: ``num_defined`` is float32 ``[n]``,
     the number of elements of each variable with a defined GSNR; ``make_statistics(applied)``
@@ -271,6 +280,15 @@ def _factors(
 
     def make_statistics(applied):
         size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
+        # ||applied * S1|| / ||S1|| per variable; S1 is first divided by its largest
+        # magnitude in the variable (a scale that cancels), so the squares cannot overflow.
+        peak = tf.stack([tf.reduce_max(tf.abs(part)) for part in tf.split(s1, list(sizes))])
+        scaled = s1 / _per_element(tf.where(peak > 0.0, peak, 1.0), sizes)
+        plain = _sum_per_variable(tf.square(scaled), sizes)
+        reduced = _sum_per_variable(tf.square(applied * scaled), sizes)
+        norm_ratio = tf.where(
+            plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0
+        )
         at_gamma = (
             tf.cast(use & (normalised <= gamma), tf.float32)
             if gamma < 1.0
@@ -283,6 +301,7 @@ def _factors(
                 _sum_per_variable(at_gamma, sizes) / size_f,
                 _sum_per_variable(at_one, sizes) / size_f,
                 _sum_per_variable(applied, sizes) / size_f,
+                tf.minimum(norm_ratio, 1.0),
             ],
             axis=1,
         )
@@ -350,7 +369,7 @@ class VRGDState:
 
     Per trainable variable: ``deficit`` (float32, the variable's shape; only if
     ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
-    ``statistics`` (float32, shape ``[3]``: see :class:`GSNRStatistics`).
+    ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see :class:`GSNRStatistics`).
 
     All of them are replica-local (``synchronization=ON_READ``,
     ``aggregation=ONLY_FIRST_REPLICA``): every replica computes the same values from the
@@ -460,6 +479,7 @@ def variance_reduce(
     record_statistics=True,
     sq_sums: Optional[Sequence] = None,
     num_groups: int = 1,
+    transform_factor: Optional[Callable[[tf.Tensor, int], tf.Tensor]] = None,
 ) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -499,6 +519,12 @@ def variance_reduce(
         gradient, the squares of each group's dense form). Required when
         ``num_groups > 1``.
       num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
+      transform_factor: None, or ``fn(factor, j) -> tensor``, for experiments only (not
+        part of any optimizer's config): applied to the flat float32 factor ``[size_j]``
+        of the ``j``-th variable in ``variables`` (after any smoothing, before the
+        diagnostics and before it multiplies ``S1``); it must return float32 of the same
+        shape, and must give the same result on every replica (e.g. stateless random ops
+        seeded by the step). The benchmarks' VR-shuffled control permutes it.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -566,6 +592,15 @@ def variance_reduce(
         for j, part, c in zip(index, tf.split(new_deficit, sizes), tf.unstack(new_correction)):
             state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
             state.corrections[j].assign(c)
+
+    if transform_factor is not None:
+        factor = tf.concat(
+            [
+                tf.reshape(transform_factor(part, j), [size])
+                for j, (part, size) in enumerate(zip(tf.split(factor, sizes), sizes))
+            ],
+            0,
+        )
 
     def record():
         stats = make_statistics(factor)
