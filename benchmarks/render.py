@@ -19,6 +19,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
+import render_evidence  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
@@ -1258,6 +1259,9 @@ def main(argv):
     os.makedirs(FLAGS.images_dir, exist_ok=True)
     img_rel = os.path.relpath(FLAGS.images_dir, os.path.dirname(os.path.abspath(FLAGS.out_md)))
     body, headline, headline_ov = [], [], []
+    body.append(
+        render_evidence.render(os.path.join(RESULTS, "evidence"), FLAGS.images_dir, img_rel)
+    )
     if sweep:
         sweep_sections(sweep, img_rel, FLAGS.images_dir, body, headline)
     bert_headline = []
