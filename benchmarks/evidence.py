@@ -295,7 +295,7 @@ def tune_grid(runs, pair, batch, center, seeds):
     """The grid of (pair, batch) after the edge extensions the finished runs call for, and
     each side's best rate (None while a run of the grid is missing)."""
     exps = [int(e) for e in FLAGS.grid_exponents]
-    for _ in range(FLAGS.max_extensions + 1):
+    for attempt in range(FLAGS.max_extensions + 1):
         rates = grid(center, exps)
         best = {}
         for side in ("base", "vr"):
@@ -303,13 +303,14 @@ def tune_grid(runs, pair, batch, center, seeds):
             if any(m is None for m in means):
                 return rates, None
             best[side] = max(range(len(rates)), key=lambda i: means[i])
-        if any(b == 0 for b in best.values()):
-            exps = [exps[0] - 1] + exps
-        elif any(b == len(rates) - 1 for b in best.values()):
-            exps = exps + [exps[-1] + 1]
-        else:
-            return rates, {side: rates[i] for side, i in best.items()}
-    return rates, {side: rates[i] for side, i in best.items()}
+        chosen = {side: rates[i] for side, i in best.items()}
+        if attempt == FLAGS.max_extensions:
+            return rates, chosen
+        low = any(b == 0 for b in best.values())
+        high = any(b == len(rates) - 1 for b in best.values())
+        if not (low or high):
+            return rates, chosen
+        exps = ([exps[0] - 1] if low else []) + exps + ([exps[-1] + 1] if high else [])
 
 
 def phase_tune(runner, pair, state):

@@ -9,6 +9,8 @@ run by ``python benchmarks/evidence.py --phases=mechanistic`` (minutes, one proc
     the micro-batch gradients, ddof 1), and the Spearman rank correlation per layer
     (``scipy.stats.spearmanr``) of the k = 8 and k = 32 factors of a fresh batch of 4096
     (8 groups of 512, 32 groups of 128) with it; 3 batches per checkpoint, mean reported.
+    Only elements with a GSNR in both are ranked: a dead unit (zero gradient on every
+    example) has factor 1 (undefined GSNR) and reference 0; their fraction is recorded.
 (c) Critical batch B_simple = tr(Sigma) / |G|**2 (McCandlish et al. 2018, "An empirical model
     of large-batch training", eq. 2.8) from the same 256 micro-batch gradients: per-example
     covariance trace tr(Sigma) = 64 * sum of the micro-batch variances, |G|**2 = |mean|**2 -
@@ -33,7 +35,7 @@ K_VALUES = (8, 32)
 DRAWS = 3
 TOY_GAMMAS = (0.01, 0.02, 0.04, 0.1, 0.2, 0.4, 1.0)
 TOY_KS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-TOY_LRS = (0.01, 0.05, 0.2)
+TOY_LRS = (0.01, 0.05, 0.2, 1.0)
 TOY_SEEDS = 5
 
 
@@ -76,7 +78,8 @@ def _grad_fn(model):
 
 
 def _group_grads(grads, x, y, idx, groups):
-    """float64 [groups, N]: the mean-loss gradient of each of ``groups`` equal slices."""
+    """float64 [groups, N]: the mean-loss gradient of each of ``groups`` equal slices of
+    ``idx`` (``x``, ``y`` NumPy arrays)."""
     per = len(idx) // groups
     return np.stack(
         [
@@ -122,7 +125,7 @@ def informative_and_critical(data, gamma, lr, log):
         probe.set_weights(trainer.model.get_weights())
         t0 = time.time()
         idx = rng.permutation(n)[: REF_MICRO * REF_SIZE].astype(np.int32)
-        ref = _group_grads(grads, x, y, idx, REF_MICRO)  # [256, N]
+        ref = _group_grads(grads, data["x"], data["y"], idx, REF_MICRO)  # [256, N]
         mean = ref.mean(0)
         var = ref.var(0, ddof=1)
         ref_gsnr = mean**2 / np.maximum(var, 1e-300)
@@ -137,16 +140,24 @@ def informative_and_critical(data, gamma, lr, log):
         rho_r = {str(k): {nm: [] for nm in names} for k in K_VALUES}
         for _ in range(DRAWS):
             idx = rng.permutation(n)[:batch].astype(np.int32)
-            g32 = _group_grads(grads, x, y, idx, 32)
+            g32 = _group_grads(grads, data["x"], data["y"], idx, 32)
             for k in K_VALUES:
                 gk = g32.reshape(k, 32 // k, -1).mean(1)
                 s1, s2 = gk.sum(0), (gk * gk).sum(0)
                 factor, _ = _factors(s1, s2, sizes, k, gamma)
+                noise = k * s2 - s1**2
                 with np.errstate(all="ignore"):
-                    r = s1**2 / (k * s2 - s1**2)
+                    r = s1**2 / noise
+                # Only elements with a GSNR in both: a dead unit (gradient 0 on every
+                # example) has factor 1 (undefined) and reference 0, a tie that says
+                # nothing about the factor's information.
+                both = (var > 0) & (noise > 1e-6 * np.maximum(k * s2, 1e-300))
                 for name, a, b in zip(names, bounds[:-1], bounds[1:]):
-                    rho[str(k)][name].append(sps.spearmanr(factor[a:b], ref_gsnr[a:b])[0])
-                    rho_r[str(k)][name].append(sps.spearmanr(r[a:b], ref_gsnr[a:b])[0])
+                    m = both[a:b]
+                    if m.sum() < 3:
+                        continue
+                    rho[str(k)][name].append(sps.spearmanr(factor[a:b][m], ref_gsnr[a:b][m])[0])
+                    rho_r[str(k)][name].append(sps.spearmanr(r[a:b][m], ref_gsnr[a:b][m])[0])
         val_acc, _ = trainer.evaluate(
             keras.ops.convert_to_tensor(data["x_val"]), keras.ops.convert_to_tensor(data["y_val"])
         )
@@ -163,6 +174,10 @@ def informative_and_critical(data, gamma, lr, log):
             },
             "spearman_gsnr": {
                 k: {nm: _mean(v) for nm, v in per.items()} for k, per in rho_r.items()
+            },
+            "frac_dead": {
+                name: round(float(np.mean(var[a:b] == 0)), 4)
+                for name, a, b in zip(names, bounds[:-1], bounds[1:])
             },
             "tr_sigma": float(tr_sigma),
             "grad_norm2": g2,
@@ -183,8 +198,9 @@ def _mean(v):
     return round(float(np.mean(v)), 4) if v else None
 
 
-def toy(log):
-    """Check (d): the linear-regression toy; returns the sweep results."""
+def toy(log, previous=None):
+    """Check (d): the linear-regression toy; returns the sweep results (the learning rates
+    already in ``previous`` are kept, not rerun)."""
     d, batch, steps = 10, 2048, 100
     w_true = np.arange(1, d + 1, dtype=np.float64)
 
@@ -207,7 +223,10 @@ def toy(log):
         return float(np.sum((w - w_true) ** 2))
 
     out = {"d": d, "batch": batch, "steps": steps, "seeds": TOY_SEEDS, "by_lr": {}}
+    out["by_lr"].update((previous or {}).get("by_lr", {}))
     for lr in TOY_LRS:
+        if str(lr) in out["by_lr"]:
+            continue
         base = np.mean([run(None, 1.0, lr, s) for s in range(TOY_SEEDS)])
         gam = {
             str(g): float(np.mean([run(64, g, lr, s) for s in range(TOY_SEEDS)]))
@@ -248,10 +267,11 @@ def run_all(state, flags_, save):
     if "null" not in state:
         state["null"] = null_calibration(gamma, log)
         save()
-    if "toy" not in state:
+    if "toy" not in state or len(state["toy"]["by_lr"]) < len(TOY_LRS):
         t0 = time.time()
-        state["toy"] = toy(log)
-        state["toy"]["seconds"] = round(time.time() - t0, 1)
+        seconds = (state.get("toy") or {}).get("seconds", 0.0)
+        state["toy"] = toy(log, state.get("toy"))
+        state["toy"]["seconds"] = round(seconds + time.time() - t0, 1)
         save()
     if "informative" not in state:
         data = benchlib.prepare(benchlib.load_fashion_mnist(flags_.data_dir))

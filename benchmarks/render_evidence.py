@@ -472,8 +472,9 @@ def _mechanistic(mech, lines):
             "reference GSNR from 256 micro-batches of 64 (mean of 3 batches), and the "
             "critical batch B_simple = tr(Σ)/|G|² (McCandlish et al. 2018).",
             "",
-            "| epoch | val % | B_simple | ρ k = 8 (per layer) | ρ k = 32 (per layer) |",
-            "|---:|---:|---:|---|---|",
+            "| epoch | val % | B_simple | dead elements % | ρ k = 8 (per layer) | "
+            "ρ k = 32 (per layer) |",
+            "|---:|---:|---:|---:|---|---|",
         ]
         for cp in info["checkpoints"]:
             r8, r32 = (
@@ -482,8 +483,10 @@ def _mechanistic(mech, lines):
                 )
                 for k in ("8", "32")
             )
+            dead = 100 * np.mean(list(cp.get("frac_dead", {"-": np.nan}).values()))
             lines.append(
-                f"| {cp['epoch']} | {cp['val_acc']:.1f} | {cp['b_simple']:.0f} | {r8} | {r32} |"
+                f"| {cp['epoch']} | {cp['val_acc']:.1f} | {cp['b_simple']:.0f} | {dead:.1f} | "
+                f"{r8} | {r32} |"
             )
         lines += [
             "",
