@@ -331,7 +331,7 @@ def _secondary(tune, final, paper, pair, lines):
         )
         rows.append(
             f"collapse rate (< 20 % test) in the paper-protocol arm: base "
-            f"{c['base_rate']:.2f}, VR {c['vr_rate']:.2f} ({c['n']} pairs; exact McNemar)"
+            f"{c['base_rate']:.2f}, VR {c['vr_rate']:.2f} ({c['n']} pair(s); exact McNemar)"
         )
         ps.append(c["p"])
     else:
