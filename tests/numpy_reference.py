@@ -39,7 +39,8 @@ def gsnr_factor(xs, gamma):
 
 def gsnr_statistics(xs, gamma, applied=None):
     """(mean GSNR over defined elements or 0, fraction clipped at gamma, fraction at 1,
-    mean factor applied): ``applied`` is the factor after smoothing (default: the raw one)."""
+    mean factor applied, update norm ratio ||applied * S1|| / ||S1|| or 1 if S1 = 0):
+    ``applied`` is the factor after smoothing (default: the raw one)."""
     xs = np.asarray(xs, np.float64)
     k = xs.shape[0]
     s1, s2 = xs.sum(0), (xs * xs).sum(0)
@@ -53,7 +54,9 @@ def gsnr_statistics(xs, gamma, applied=None):
     usable = mu > 0 and np.isfinite(mu)
     at_gamma = (defined & (r / mu <= gamma)).mean() if usable and gamma < 1 else 0.0
     applied = factor if applied is None else np.asarray(applied, np.float64)
-    return mu, at_gamma, (factor >= 1.0).mean(), applied.mean()
+    plain = np.sqrt((s1 * s1).sum())
+    ratio = np.sqrt(((applied * s1) ** 2).sum()) / plain if plain > 0 else 1.0
+    return mu, at_gamma, (factor >= 1.0).mean(), applied.mean(), ratio
 
 
 class FactorMomentum:

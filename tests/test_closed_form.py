@@ -25,6 +25,9 @@ from vrgd_tf import tf_keras as vtk
 import util
 
 TOL = dict(rtol=1e-6, atol=1e-6)
+# norm_ratio ||f * S1|| / ||S1|| of the two hand-computed cases below.
+NR1 = float(np.sqrt(0.832))  # S1 = (4, 2), f = (1, 0.4)
+NR3 = float(np.sqrt(0.904))  # S1 = (2, 6), f = (0.2, 1)
 
 # family -> (VRGDSGD class, make_variable for util.run_custom_loop)
 FAMILIES = {
@@ -54,13 +57,15 @@ class GsnrFunctionsTest(tf.test.TestCase):
         r = S1**2 / (2 S2 - S1**2) = (16 / (20 - 16), 4 / (8 - 4)) = (4, 1); mean(r) = 2.5;
         r / mean = (1.6, 0.4) -> factor clip(., 0.1, 1) = (1, 0.4).
         Diagnostics: mean_gsnr 2.5, frac_at_gamma 0 (0.4 > 0.1), frac_at_one 1/2,
-        mean_factor (1 + 0.4) / 2 = 0.7. Output u = factor * S1 = (4, 0.8)."""
+        mean_factor (1 + 0.4) / 2 = 0.7. Output u = factor * S1 = (4, 0.8).
+        norm_ratio = ||u|| / ||S1|| = sqrt(4**2 + 0.8**2) / sqrt(4**2 + 2**2)
+                   = sqrt(16.64 / 20) = sqrt(0.832) = 0.91214..."""
         s1 = tf.constant([4.0, 2.0])
         s2 = tf.constant([10.0, 4.0])
         factor, stats = gsnr.gsnr_factor(s1, s2, 2, 0.1)
         self.assertAllClose(factor, [1.0, 0.4], **TOL)
         self.assertAllClose(factor * s1, [4.0, 0.8], **TOL)
-        self.assertAllClose(stats.stack(), [2.5, 0.0, 0.5, 0.7], **TOL)
+        self.assertAllClose(stats.stack(), [2.5, 0.0, 0.5, 0.7, NR1], **TOL)
 
     def test_gsnr_factors_flat_normalises_each_variable_by_its_own_mean(self):
         """Two variables in one flat buffer, k = 2, gamma = 0.1.
@@ -73,13 +78,16 @@ class GsnrFunctionsTest(tf.test.TestCase):
            element 3: r = 4 / (8 - 4) = 1.
            mean(r) over the defined = (0 + 1) / 2 = 0.5; r / mean = (0, -, 2)
            -> factor (0.1, 1, 1); diagnostics: mean_gsnr 0.5, frac_at_gamma 1/3,
-           frac_at_one 2/3, mean_factor (0.1 + 1 + 1) / 3 = 0.7.
+           frac_at_one 2/3, mean_factor (0.1 + 1 + 1) / 3 = 0.7; norm_ratio: the only
+           nonzero S1 element has factor 1, so ||(0, 0, 2)|| / ||(0, 0, 2)|| = 1.
         A mean over both variables (4, 1, 0, 1 -> 1.5) would give A (1, 2/3)."""
         s1 = tf.constant([4.0, 2.0, 0.0, 0.0, 2.0])
         s2 = tf.constant([10.0, 4.0, 2.0, 0.0, 4.0])
         factor, stats = gsnr.gsnr_factors_flat(s1, s2, [2, 3], 2, 0.1)
         self.assertAllClose(factor, [1.0, 0.4, 0.1, 1.0, 1.0], **TOL)
-        self.assertAllClose(stats, [[2.5, 0.0, 0.5, 0.7], [0.5, 1.0 / 3.0, 2.0 / 3.0, 0.7]], **TOL)
+        self.assertAllClose(
+            stats, [[2.5, 0.0, 0.5, 0.7, NR1], [0.5, 1.0 / 3.0, 2.0 / 3.0, 0.7, 1.0]], **TOL
+        )
 
     def test_frac_at_gamma_counts_factor_equal_to_gamma(self):
         """frac_at_gamma counts r / mean(r) <= gamma, not < gamma.
@@ -88,14 +96,46 @@ class GsnrFunctionsTest(tf.test.TestCase):
         r = (4 / (8 - 4), 36 / (40 - 36)) = (1, 9); mean(r) = 5; r / mean = (0.2, 1.8)
         -> factor (0.2, 1). Element 1 sits exactly at gamma (1/5 rounds to the same
         float32 as 0.2), so frac_at_gamma = 1/2 (a strict < would give 0);
-        mean_gsnr 5, frac_at_one 1/2, mean_factor 0.6."""
+        mean_gsnr 5, frac_at_one 1/2, mean_factor 0.6; norm_ratio
+        sqrt((0.2 * 2)**2 + 6**2) / sqrt(2**2 + 6**2) = sqrt(36.16 / 40) = sqrt(0.904)."""
         s1 = tf.constant([2.0, 6.0])
         s2 = tf.constant([4.0, 20.0])
         factor, stats = gsnr.gsnr_factor(s1, s2, 2, 0.2)
         self.assertAllClose(factor, [0.2, 1.0], **TOL)
-        self.assertAllClose(stats.stack(), [5.0, 0.5, 0.5, 0.6], **TOL)
+        self.assertAllClose(stats.stack(), [5.0, 0.5, 0.5, 0.6, NR3], **TOL)
         _, flat_stats = gsnr.gsnr_factors_flat(s1, s2, [2], 2, 0.2)
-        self.assertAllClose(flat_stats, [[5.0, 0.5, 0.5, 0.6]], **TOL)
+        self.assertAllClose(flat_stats, [[5.0, 0.5, 0.5, 0.6, NR3]], **TOL)
+
+    def test_norm_ratio_k2_by_hand(self):
+        """The update norm ratio, k = 2, replica gradients (1, 0) and (3, 2), gamma = 0.1:
+        S1 = (4, 2), S2 = (1 + 9, 0 + 4) = (10, 4);
+        r = S1**2 / (k S2 - S1**2) = (16 / 4, 4 / 4) = (4, 1); mean(r) = 2.5;
+        f = clip((1.6, 0.4), 0.1, 1) = (1, 0.4); u = f * S1 = (4, 0.8);
+        ||u||**2 = 16 + 0.64 = 16.64, ||S1||**2 = 16 + 4 = 20,
+        norm_ratio = sqrt(16.64 / 20) = sqrt(0.832) = 0.912140..., between gamma and 1 and
+        above mean_factor 0.7 (the big element keeps its full gradient)."""
+        _, stats = gsnr.gsnr_factor(tf.constant([4.0, 2.0]), tf.constant([10.0, 4.0]), 2, 0.1)
+        self.assertAllClose(stats.norm_ratio, 0.9121403, **TOL)
+        self.assertAllClose(stats.norm_ratio, np.sqrt(16.64 / 20.0), **TOL)
+
+    def test_norm_ratio_is_one_when_the_summed_gradient_is_zero(self):
+        """Replicas (1, -2) and (-1, 2): S1 = (0, 0), S2 = (2, 8); r = (0, 0) is defined but
+        mean(r) = 0, so f = 1; ||S1|| = 0 -> norm_ratio 1 by definition (no 0 / 0)."""
+        _, stats = gsnr.gsnr_factor(tf.constant([0.0, 0.0]), tf.constant([2.0, 8.0]), 2, 0.1)
+        self.assertAllClose(stats.stack(), [0.0, 0.0, 1.0, 1.0, 1.0], **TOL)
+
+    def test_norm_ratio_huge_gradients_do_not_overflow(self):
+        """k = 2, S1 = (1.5e19, 1.5e19, 0.5e19), S2 = (1.25e38, 1.25e38, 2.5e37): each square
+        fits float32 but ||S1||**2 = 4.75e38 does not. r = S1**2 / (2 S2 - S1**2) =
+        (2.25 / 0.25, 2.25 / 0.25, 0.25 / 0.25) = (9, 9, 1); mean 19 / 3; r / mean =
+        (27/19, 27/19, 3/19) -> f = (1, 1, 3/19);
+        norm_ratio**2 = (2.25 + 2.25 + 0.25 (3/19)**2) / 4.75 = 0.94868...; finite."""
+        s1 = tf.constant([1.5e19, 1.5e19, 0.5e19])
+        s2 = tf.constant([1.25e38, 1.25e38, 2.5e37])
+        factor, stats = gsnr.gsnr_factor(s1, s2, 2, 0.1)
+        self.assertAllClose(factor, [1.0, 1.0, 3.0 / 19.0], rtol=1e-5)
+        expected = np.sqrt((4.5 + 0.25 * (3.0 / 19.0) ** 2) / 4.75)
+        self.assertAllClose(stats.norm_ratio, expected, rtol=1e-5)
 
     def test_smooth_factor_bias_correction_three_steps(self):
         """beta_3 = 0.5; element A gets the factors 1, 1, 1 and element B 0.2, 1, 0.4.
@@ -127,7 +167,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
     def test_sgd_step_is_minus_factor_times_sum(self, family):
         """Replicas (1, 0) and (3, 2), gamma = 0.1, momentum 0: u = (4, 0.8) (see
         GsnrFunctionsTest.test_gsnr_factor_two_replicas), so w: (0, 0) -> (-4, -0.8);
-        diagnostics (2.5, 0, 1/2, 0.7)."""
+        diagnostics (2.5, 0, 1/2, 0.7, sqrt(0.832))."""
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
             util.strategy_for(2),
@@ -138,7 +178,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         )
         self.assertEqual(opt.beta_3, 0.0)
         self.assertAllClose(variables["w"].numpy(), [-4.0, -0.8], **TOL)
-        self.assertAllClose(_statistics(opt), [2.5, 0.0, 0.5, 0.7], **TOL)
+        self.assertAllClose(_statistics(opt), [2.5, 0.0, 0.5, 0.7, NR1], **TOL)
 
     @parameterized.named_parameters(FAMILY_PARAMS)
     def test_factor_momentum_bias_correction_through_sgd(self, family):
@@ -171,7 +211,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
     def test_frac_at_gamma_counts_factor_equal_to_gamma_through_sgd(self, family):
         """Replicas (2, 4) and (0, 2), gamma = 0.2: S1 = (2, 6), S2 = (4, 20), the case of
         GsnrFunctionsTest.test_frac_at_gamma_counts_factor_equal_to_gamma: factor (0.2, 1),
-        dw = -(0.4, 6), diagnostics (5, 1/2, 1/2, 0.6)."""
+        dw = -(0.4, 6), diagnostics (5, 1/2, 1/2, 0.6, sqrt(0.904))."""
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
             util.strategy_for(2),
@@ -181,25 +221,26 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
             make_variable=make_variable,
         )
         self.assertAllClose(variables["w"].numpy(), [-0.4, -6.0], **TOL)
-        self.assertAllClose(_statistics(opt), [5.0, 0.5, 0.5, 0.6], **TOL)
+        self.assertAllClose(_statistics(opt), [5.0, 0.5, 0.5, 0.6, NR3], **TOL)
 
     @parameterized.named_parameters(FAMILY_PARAMS)
     def test_statistics_interval_two_records_the_step_that_brings_iterations_to_two(self, family):
         """statistics_interval=2, gamma=0.1, 3 steps whose diagnostics all differ:
           step 0: replicas (1, 0), (3, 2): r = (4, 1), mean 2.5, f = (1, 0.4)
-                  -> (2.5, 0, 1/2, 0.7)
+                  -> (2.5, 0, 1/2, 0.7, sqrt(0.832))
           step 1: replicas (2, 4), (0, 2): r = (1, 9), mean 5, f = (0.2, 1)
-                  -> (5, 0, 1/2, 0.6)
+                  -> (5, 0, 1/2, 0.6, sqrt(0.904))
           step 2: replicas (1, 1), (-1, 0): A: S1 = 0, r = 0; B: S1 = 1, r = 1;
-                  mean 0.5, r / mean = (0, 2), f = (0.1, 1) -> (0.5, 1/2, 1/2, 0.55)
+                  mean 0.5, r / mean = (0, 2), f = (0.1, 1) -> (0.5, 1/2, 1/2, 0.55, 1)
+                  (norm_ratio: u = (0, 1) and S1 = (0, 1))
         Recorded: after step 0 nothing yet (iterations 1), after step 1 step 1's
         (iterations 2), after step 2 still step 1's (iterations 3)."""
         cls, make_variable = FAMILIES[family]
         grads = _grads(
             [[1.0, 0.0], [3.0, 2.0]], [[2.0, 4.0], [0.0, 2.0]], [[1.0, 1.0], [-1.0, 0.0]]
         )
-        step_1 = [5.0, 0.0, 0.5, 0.6]
-        expected = [[0.0, 0.0, 0.0, 0.0], step_1, step_1]
+        step_1 = [5.0, 0.0, 0.5, 0.6, NR3]
+        expected = [[0.0] * gsnr.NUM_STATISTICS, step_1, step_1]
         expected_w = [[-4.0, -0.8], [-4.4, -6.8], [-4.4, -7.8]]
         for i, variables, opt in util.custom_loop_steps(
             util.strategy_for(2),
@@ -215,12 +256,16 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(FAMILY_PARAMS)
     def test_statistics_interval_one_records_every_step(self, family):
         """statistics_interval=1 on the same data: each step's own diagnostics
-        (step 2: (0.5, 1/2, 1/2, 0.55), see the test above)."""
+        (step 2: (0.5, 1/2, 1/2, 0.55, 1), see the test above)."""
         cls, make_variable = FAMILIES[family]
         grads = _grads(
             [[1.0, 0.0], [3.0, 2.0]], [[2.0, 4.0], [0.0, 2.0]], [[1.0, 1.0], [-1.0, 0.0]]
         )
-        expected = [[2.5, 0.0, 0.5, 0.7], [5.0, 0.0, 0.5, 0.6], [0.5, 0.5, 0.5, 0.55]]
+        expected = [
+            [2.5, 0.0, 0.5, 0.7, NR1],
+            [5.0, 0.0, 0.5, 0.6, NR3],
+            [0.5, 0.5, 0.5, 0.55, 1.0],
+        ]
         for i, _, opt in util.custom_loop_steps(
             util.strategy_for(2),
             lambda: cls(learning_rate=1.0, gamma=0.1),

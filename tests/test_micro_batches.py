@@ -398,7 +398,13 @@ class LossScaleTest(tf.test.TestCase):
             # The VRGD state is untouched (nothing recorded).
             self.assertEqual(
                 model.optimizer.inner_optimizer.vrgd_statistics()["kernel"],
-                dict(mean_gsnr=0.0, frac_at_gamma=0.0, frac_at_one=0.0, mean_factor=0.0),
+                dict(
+                    mean_gsnr=0.0,
+                    frac_at_gamma=0.0,
+                    frac_at_one=0.0,
+                    mean_factor=0.0,
+                    norm_ratio=0.0,
+                ),
             )
 
 

@@ -49,8 +49,10 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(factor, expected, atol=1e-5)
         np.testing.assert_array_equal(factor.numpy()[:8], 1.0)
         self.assertBetween(float(tf.reduce_min(factor)), 0.1, 1.0)
-        mu, at_gamma, at_one, mean_factor = ref.gsnr_statistics(xs, 0.1)
-        self.assertAllClose(stats.stack(), [mu, at_gamma, at_one, mean_factor], rtol=1e-5)
+        mu, at_gamma, at_one, mean_factor, norm_ratio = ref.gsnr_statistics(xs, 0.1)
+        self.assertAllClose(
+            stats.stack(), [mu, at_gamma, at_one, mean_factor, norm_ratio], rtol=1e-5
+        )
         self.assertAllClose(mean_factor, expected.mean())
         self.assertGreater(at_gamma, 0.0)
 
@@ -70,7 +72,9 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
             expected = np.concatenate(
                 [ref.gsnr_factor(p, 0.1)[0] if p.size else np.zeros(0) for p in parts]
             )
-            expected_stats = [ref.gsnr_statistics(p, 0.1) if p.size else (0.0,) * 4 for p in parts]
+            expected_stats = [
+                ref.gsnr_statistics(p, 0.1) if p.size else (0.0, 0.0, 0.0, 0.0, 1.0) for p in parts
+            ]
             eager = gsnr.gsnr_factors_flat(s1, s2, sizes, k, 0.1)
             compiled = tf.function(
                 lambda a, b: gsnr.gsnr_factors_flat(a, b, sizes, k, 0.1), jit_compile=True

@@ -132,7 +132,7 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         }
         for step_stats in (compiled_stats, stats):
             for i, n in enumerate(names):
-                self.assertAllEqual(step_stats[0][i], np.zeros(4))
+                self.assertAllEqual(step_stats[0][i], np.zeros(gsnr.NUM_STATISTICS))
                 self.assertAllClose(
                     step_stats[1][i],
                     ref.gsnr_statistics(grads[n][1], 0.1, applied[n]),

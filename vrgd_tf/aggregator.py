@@ -94,7 +94,8 @@ class GSNRAggregator(tf.Module):
         ``id`` of the variable (of its distributed container under a strategy).
       name: str, the module name. Default ``"gsnr_aggregator"``.
 
-    State (after :meth:`build`): per variable ``statistics`` (float32 ``[4]``), and if
+    State (after :meth:`build`): per variable ``statistics`` (float32 ``[5]``, the fields of
+    :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`), and if
     ``beta_3 > 0`` ``deficit`` (float32, the variable's shape) and ``correction`` (float32
     ``[]``); standalone also ``steps`` (int64 ``[]``, completed calls). All replica-local
     (``ON_READ``, ``ONLY_FIRST_REPLICA``): every replica computes the same values.
@@ -131,6 +132,9 @@ class GSNRAggregator(tf.Module):
         self._warned = set()
         self._local = threading.local()  # per replica thread: k of the traced step
         self._num_samples = "several"
+        # Experiments only (not in get_config): ``fn(factor, j) -> factor`` applied to each
+        # variable's factor before it multiplies S1; see ``gsnr.variance_reduce``.
+        self._transform_factor = None
 
     # --- state -----------------------------------------------------------------------------
 
@@ -231,6 +235,7 @@ class GSNRAggregator(tf.Module):
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
             num_groups=num_groups,
             squares_dtype=self.squares_dtype,
+            transform_factor=self._transform_factor,
         )
         if self._steps is not None:
             finite = tf.reduce_all(
@@ -330,7 +335,9 @@ class GSNRAggregator(tf.Module):
           elements where it is defined), ``frac_at_gamma`` and ``frac_at_one`` (fractions of
           elements whose raw factor is clipped at ``gamma`` / equal to 1), ``mean_factor``
           (mean factor applied, after smoothing: the step's scale relative to the base
-          optimizer). Empty before :meth:`build`. Values of the last recording step (see
+          optimizer), ``norm_ratio`` (``||f * S1|| / ||S1||``, the length of the
+          variance-reduced summed gradient over the plain one, in [gamma, 1]; 1 when
+          ``S1 = 0``). Empty before :meth:`build`. Values of the last recording step (see
           ``statistics_interval``) with finite gradients, zeros before that. Variable names
           are the variables' paths without the leading scopes that all of them share
           (:func:`vrgd_tf.naming.display_names`), so they stay the same when a model is

@@ -365,8 +365,8 @@ class VRGDCommon:
         """The last recorded step's GSNR diagnostics per variable (first replica's copy).
 
         See :meth:`vrgd_tf.GSNRAggregator.statistics`: ``{variable name: {field: float}}``
-        with the fields ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one`` and
-        ``mean_factor``; empty before the optimizer is built. Logs the inert-step warning
+        with the fields ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one``,
+        ``mean_factor`` and ``norm_ratio``; empty before the optimizer is built. Logs the inert-step warning
         if the recorded step had no defined GSNR in any variable.
         """
         return self._vrgd.statistics()

@@ -112,7 +112,7 @@ SQUARES_DTYPES = ("float32", "bfloat16")
 
 #: Names of the diagnostics kept per variable, in storage order: the fields of
 #: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
-STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor")
+STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor", "norm_ratio")
 
 #: Number of diagnostics kept per variable.
 NUM_STATISTICS = len(STATISTICS_FIELDS)
@@ -213,6 +213,12 @@ class GSNRStatistics:
       mean_factor: mean over all elements of the factor actually applied (after the
         ``beta_3`` smoothing), in [gamma, 1]: the effective scale of this variable's step
         relative to the base optimizer's (1 = no variance reduction).
+      norm_ratio: update norm ratio ``||f * S1||_2 / ||S1||_2`` over the variable's
+        elements, ``f`` the factor actually applied (after smoothing) and ``S1`` the plain
+        summed gradient: the length of the variance-reduced summed gradient relative to
+        the base optimizer's, in [gamma, 1] (so in [0, 1]); defined as 1 when
+        ``||S1|| = 0``. Unlike ``mean_factor`` it weights each element by its squared
+        gradient, so it is the scale of the step the base rule actually receives.
 
     ``frac_at_gamma`` and ``frac_at_one`` describe this step's raw factor, before smoothing.
     """
@@ -221,6 +227,7 @@ class GSNRStatistics:
     frac_at_gamma: tf.Tensor
     frac_at_one: tf.Tensor
     mean_factor: tf.Tensor
+    norm_ratio: tf.Tensor
 
     def stack(self) -> tf.Tensor:
         """Returns the values as a float32 tensor of shape ``[NUM_STATISTICS]``."""
@@ -306,7 +313,8 @@ def gsnr_factors_flat(
       ``(factor, stats)``: ``factor`` is float32 ``[N]`` with values in ``[gamma, 1]`` and
       exactly 1 wherever the GSNR is undefined; ``stats`` is float32
       ``[n, NUM_STATISTICS]``, one :class:`GSNRStatistics` row per variable (its
-      ``mean_factor`` is the mean of ``factor``: no smoothing here).
+      ``mean_factor`` is the mean of ``factor`` and its ``norm_ratio``
+      ``||factor * s1|| / ||s1||``: no smoothing here).
     """
     factor, _, make_statistics = _factors(
         s1, s2, sizes, num_replicas, gamma, noise_rtol(validate_squares_dtype(squares_dtype))
@@ -318,6 +326,7 @@ def _factors(
     s1, s2, sizes, num_replicas, gamma, stat_sizes=None, rtol=NOISE_RTOL
 ) -> Tuple[tf.Tensor, tf.Tensor, Callable[..., tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
+    Needs ``s1`` finite (the callers record only steps with a finite ``s1``).
 
     Returns ``(factor, num_defined, make_statistics)``: ``num_defined`` is float32 ``[n]``,
     the number of elements of each variable with a defined GSNR;
@@ -356,6 +365,16 @@ def _factors(
         applied_sum = _sum_per_variable(applied, sizes)
         if extra is not None:
             at_one_sum, applied_sum = at_one_sum + extra[:, 0], applied_sum + extra[:, 1]
+        # ||applied * S1|| / ||S1|| per variable; S1 is first divided by its largest
+        # magnitude in the variable (a scale that cancels), so the squares cannot overflow.
+        # A sparse variable's untouched rows have S1 = 0 and add nothing to either norm.
+        peak = tf.stack([tf.reduce_max(tf.abs(part)) for part in tf.split(s1, list(sizes))])
+        scaled = s1 / _per_element(tf.where(peak > 0.0, peak, 1.0), sizes)
+        plain = _sum_per_variable(tf.square(scaled), sizes)
+        reduced = _sum_per_variable(tf.square(applied * scaled), sizes)
+        norm_ratio = tf.where(
+            plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0
+        )
         at_gamma = (
             tf.cast(use & (normalised <= gamma), tf.float32)
             if gamma < 1.0
@@ -367,6 +386,7 @@ def _factors(
                 _sum_per_variable(at_gamma, sizes) / size_f,
                 at_one_sum / size_f,
                 applied_sum / size_f,
+                tf.minimum(norm_ratio, 1.0),
             ],
             axis=1,
         )
@@ -434,7 +454,7 @@ class VRGDState:
 
     Per trainable variable: ``deficit`` (float32, the variable's shape; only if
     ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
-    ``statistics`` (float32, shape ``[3]``: see :class:`GSNRStatistics`).
+    ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see :class:`GSNRStatistics`).
 
     All of them are replica-local (``synchronization=ON_READ``,
     ``aggregation=ONLY_FIRST_REPLICA``): every replica computes the same values from the
@@ -560,6 +580,7 @@ def variance_reduce(
     sq_sums: Optional[Sequence] = None,
     num_groups: int = 1,
     squares_dtype: str = "float32",
+    transform_factor: Optional[Callable[[tf.Tensor, int], tf.Tensor]] = None,
 ) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -612,6 +633,13 @@ def variance_reduce(
         all-reduced in (see :func:`sum_with_squares`; the gradients are float32 either
         way). bfloat16 saves N * 2 bytes per step on the wire and selects the noise
         threshold :data:`NOISE_RTOL_BFLOAT16`.
+      transform_factor: None, or ``fn(factor, j) -> tensor``, for experiments only (not
+        part of any optimizer's config): applied to the flat float32 factor of the ``j``-th
+        variable in ``variables`` (``[size_j]``; for a variable on the sparse path, its
+        touched rows' slots) after any smoothing, before the diagnostics and before it
+        multiplies ``S1``; it must return float32 of the same shape, and must give the same
+        result on every replica (e.g. stateless random ops seeded by the step). The
+        benchmarks' VR-shuffled control permutes it.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -712,6 +740,15 @@ def variance_reduce(
             r.update_rows(state.deficits[j], part, tf.where(all_finite, beta_3, 1.0))
         for j, c in zip(index, tf.unstack(new_correction)):
             state.corrections[j].assign(c)
+
+    if transform_factor is not None:
+        factor = tf.concat(
+            [
+                tf.reshape(transform_factor(part, j), [size])
+                for j, part, size in zip(order, tf.split(factor, sizes), sizes)
+            ],
+            0,
+        )
 
     def record():
         extra = None

@@ -2,7 +2,8 @@
 
 Each VRGD optimizer keeps, per trainable variable, the diagnostics of
 :class:`vrgd_tf.gsnr.GSNRStatistics` (mean GSNR, fractions of elements whose factor was
-clipped at ``gamma`` and at 1, mean factor applied), computed inside the train step on the
+clipped at ``gamma`` and at 1, mean factor applied, update norm ratio
+``||f * S1|| / ||S1||``), computed inside the train step on the
 steps that bring ``iterations`` to a multiple of its ``statistics_interval`` (other steps skip
 that work). These helpers only read them, outside the step, every ``update_freq`` steps; set
 ``update_freq`` to a multiple of the interval.
@@ -135,8 +136,8 @@ def summary_logs(optimizer, headline_only=False):
     Tags: ``"vrgd/<variable>/<field>"`` for every variable and field of
     :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`, plus the headline over variables:
     ``"vrgd/median/mean_gsnr"`` (median of the per-variable mean GSNR) and
-    ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one`` and ``mean_factor``
-    (means over variables). Suitable for a Keras ``logs`` dict or Model Garden's train-step
+    ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one``, ``mean_factor`` and
+    ``norm_ratio`` (means over variables). Suitable for a Keras ``logs`` dict or Model Garden's train-step
     logs.
 
     Args:

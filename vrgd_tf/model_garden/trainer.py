@@ -3,7 +3,8 @@
 :class:`VRGDTrainer` is Model Garden's ``official.core.base_trainer.Trainer`` with one
 addition: at the end of every train loop (``trainer.steps_per_loop`` steps) it adds the
 headline diagnostics over variables (``vrgd/median/mean_gsnr``, ``vrgd/mean/mean_factor``,
-``vrgd/mean/frac_at_gamma``, ``vrgd/mean/frac_at_one``) to the loop's logs, which Orbit prints
+``vrgd/mean/frac_at_gamma``, ``vrgd/mean/frac_at_one``, ``vrgd/mean/norm_ratio``) to the
+loop's logs, which Orbit prints
 and writes to ``<model_dir>/train`` beside the loss and learning rate; and on the steps that
 are multiples of ``trainer.summary_interval`` it writes the per-variable scalars and the
 histograms over variables (:func:`vrgd_tf.summaries.write_gsnr_summaries`) to

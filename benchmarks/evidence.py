@@ -1,0 +1,460 @@
+r"""The Fashion-MNIST evidence runner: the pre-registered protocol of benchmarks/README.md
+("Fashion-MNIST evidence protocol"), phase by phase, resumable.
+
+Phases (``--phases``, always run in this order, so the paper-protocol arm is cut first when
+the budget runs out):
+  mechanistic  checks (a)-(d) of the protocol, minutes: null calibration of the factor,
+               Spearman correlation of the k = 8 / k = 32 factors with a reference GSNR,
+               the critical batch B_simple, the paper's linear-regression toy.
+  tune         learning-rate grids (6 values spaced x2), 2 tuning seeds, per batch and
+               side; batch 256 first (the batch-4096 grid contains the batch-256 base's best
+               rate x sqrt(16)); a best rate at a grid edge extends both sides' grids.
+  final        6 fresh seeds (0-5) per side at its own best rate, batch 4096 then 256.
+  controls     VR-shuffled (the factor permuted at random within each variable every step)
+               at VR's best 4096 rate, 6 seeds.
+  paper        both sides at the square-root-scaled rate (untuned), 6 seeds at 4096.
+
+Each phase writes ``<out_dir>/<phase>.json`` atomically after every run; a rerun skips the
+runs already there. ``--budget_minutes`` stops before a run whose expected time (the mean wall
+time of the finished runs at that batch, or the pilot's) would overrun.
+
+Every run: 8 replicas (logical CPUs, MirroredStrategy), gamma 0.1, 30 epochs, linear
+warm-up over 3 epochs then cosine to 0, mean cross-entropy over the global batch. A seed fixes
+the initial weights and the data order, the same for both sides. Per epoch: validation
+accuracy/loss, training accuracy/loss on a fixed 10k subset of the training split, the VR
+diagnostics of the last step; at the end the full training split and the test set.
+
+Examples:
+  python benchmarks/evidence.py --phases=mechanistic
+  nohup python benchmarks/evidence.py --phases=tune,final,controls,paper \
+      --budget_minutes=600 > /tmp/evidence.log 2>&1 &
+"""
+
+import math
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# This checkout's vrgd_tf first, whatever copy is installed.
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FLAGS = flags.FLAGS
+PHASES = ("mechanistic", "tune", "final", "controls", "paper")
+flags.DEFINE_list("phases", ["tune", "final", "controls", "paper"], f"Subset of {PHASES}.")
+flags.DEFINE_list("pairs", ["momentum"], "Optimizer pairs, in order: momentum, lamb.")
+flags.DEFINE_string("data_dir", None, "Fashion-MNIST IDX directory (default: Debian's).")
+flags.DEFINE_string("out_dir", None, "JSON directory (default benchmarks/results/evidence).")
+flags.DEFINE_float("budget_minutes", 0.0, "Stop before a run that would overrun (0 = none).")
+flags.DEFINE_integer("replicas", 8, "Replicas (logical CPUs).")
+flags.DEFINE_float("gamma", 0.1, "VRGD gamma.")
+flags.DEFINE_integer("epochs", 30, "Epochs per run.")
+flags.DEFINE_integer("warmup_epochs", 3, "Linear warm-up epochs.")
+flags.DEFINE_integer("small_batch", 256, "Small global batch.")
+flags.DEFINE_integer("large_batch", 4096, "Large global batch.")
+flags.DEFINE_list("tune_seeds", ["1000", "1001"], "Tuning seeds.")
+flags.DEFINE_list("final_seeds", ["0", "1", "2", "3", "4", "5"], "Seeds of final/control runs.")
+flags.DEFINE_list("centers", ["momentum:0.05", "lamb:0.01"], "pair:lr, the batch-256 grid centre.")
+flags.DEFINE_list(
+    "grid_exponents", ["-2", "-1", "0", "1", "2", "3"], "Grid: centre x 2**e for these e."
+)
+flags.DEFINE_integer("max_extensions", 3, "Edge extensions per grid at most.")
+flags.DEFINE_integer("train_eval_subset", 10000, "Training examples evaluated per epoch.")
+flags.DEFINE_bool("quick", False, "Development smoke test: 2 epochs, small grids, 1 seed.")
+
+PILOT_MINUTES = {256: 6.0, 4096: 3.5}  # benchmarks/README.md budget, 30 epochs
+
+
+# --------------------------------------------------------------------------------------------
+# Results files
+# --------------------------------------------------------------------------------------------
+
+
+def out_dir():
+    import benchlib
+
+    return FLAGS.out_dir or os.path.join(benchlib.RESULTS_DIR, "evidence")
+
+
+def load_phase(phase):
+    import benchlib
+
+    path = os.path.join(out_dir(), f"{phase}.json")
+    if os.path.exists(path):
+        return benchlib.read_json(path)
+    return {"phase": phase, "runs": {}}
+
+
+def save_phase(phase, obj):
+    import benchlib
+
+    obj.setdefault("environment", benchlib.environment())
+    obj["command"] = benchlib.command_line()
+    obj["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    benchlib.write_json(os.path.join(out_dir(), f"{phase}.json"), obj)
+
+
+def run_key(pair, side, batch, lr, seed):
+    return f"{pair}/{side}/b{batch}/lr{lr:.6g}/s{seed}"
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+class Budget:
+    """Wall-clock guard: ``fits(batch)`` is False when the expected run time would overrun."""
+
+    def __init__(self, minutes):
+        self.limit = minutes * 60.0 if minutes > 0 else None
+        self.start = time.time()
+        self.times = {}
+
+    def record(self, batch, seconds):
+        self.times.setdefault(batch, []).append(seconds)
+
+    def expected(self, batch):
+        t = self.times.get(batch)
+        if t:
+            return sum(t) / len(t)
+        return 60.0 * PILOT_MINUTES.get(batch, 6.0) * FLAGS.epochs / 30.0
+
+    def fits(self, batch):
+        if self.limit is None:
+            return True
+        return time.time() - self.start + self.expected(batch) <= self.limit
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+class Runner:
+    """Trainers (one traced graph per pair, side and variant) and the data."""
+
+    def __init__(self, data, budget):
+        self.data = data
+        self.budget = budget
+        self.trainers = {}
+
+    def trainer(self, pair, side, shuffled=False):
+        import tensorflow as tf
+
+        import benchlib
+
+        key = (pair, side, shuffled)
+        if key not in self.trainers:
+            strategy = benchlib.strategy_for(FLAGS.replicas)
+
+            def make_opt(schedule):
+                return benchlib.make_optimizer(pair, side, schedule, gamma=FLAGS.gamma)
+
+            t = benchlib.Trainer(strategy, benchlib.fashion_cnn, make_opt)
+            if shuffled:
+                with strategy.scope():
+                    t.shuffle_seed = tf.Variable(0, dtype=tf.int64, trainable=False)
+                t.optimizer._vrgd._transform_factor = shuffle_transform(
+                    t.shuffle_seed, t.optimizer.iterations
+                )
+            self.trainers[key] = t
+        return self.trainers[key]
+
+    def run(self, pair, side, batch, lr, seed, shuffled=False):
+        """One training run; returns its record."""
+        import numpy as np
+
+        import benchlib
+
+        if not self.budget.fits(batch):
+            raise OutOfBudget(f"{pair}/{side}/b{batch}")
+        trainer = self.trainer(pair, side, shuffled)
+        d = self.data
+        n = d["x"].shape[0]
+        steps_per_epoch = n // batch
+        total = steps_per_epoch * FLAGS.epochs
+        warmup = steps_per_epoch * FLAGS.warmup_epochs
+        key = ("w", seed)
+        weights = trainer._weight_cache.get(key)
+        if weights is None:
+            weights = trainer._weight_cache[key] = benchlib.init_weights(benchlib.fashion_cnn, seed)
+        # Warm-up "over 3 epochs": lr(s) = peak (s + 1) / W for s < W, then cosine to 0.
+        trainer.reset(weights, lr, warmup, total)
+        if shuffled:
+            trainer.shuffle_seed.assign(seed)
+        sub = min(FLAGS.train_eval_subset, n)
+        curve, diag = [], []
+        t0 = time.time()
+        train_s = 0.0
+        for epoch in range(FLAGS.epochs):
+            perm = np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
+            t1 = time.time()
+            trainer.train_steps(d["tf_x"], d["tf_y"], perm, 0, batch, steps_per_epoch)
+            train_s += time.time() - t1
+            val_acc, val_loss = trainer.evaluate(d["tf_x_val"], d["tf_y_val"])
+            tr_acc, tr_loss = trainer.evaluate(d["tf_x"][:sub], d["tf_y"][:sub])
+            curve.append(
+                {
+                    "epoch": epoch + 1,
+                    "step": (epoch + 1) * steps_per_epoch,
+                    "val_acc": round(100 * val_acc, 3),
+                    "val_loss": round(val_loss, 5),
+                    "train_acc": round(100 * tr_acc, 3),
+                    "train_loss": round(tr_loss, 5),
+                }
+            )
+            if hasattr(trainer.optimizer, "vrgd_statistics"):
+                stats = trainer.optimizer.vrgd_statistics()
+                diag.append(
+                    {
+                        "epoch": epoch + 1,
+                        "stats": {
+                            name: {f: round(v, 6) for f, v in fields.items()}
+                            for name, fields in stats.items()
+                        },
+                    }
+                )
+            if not math.isfinite(tr_loss):
+                break  # diverged: the rest of the run is NaN
+        train_acc, train_loss = trainer.evaluate(d["tf_x"], d["tf_y"])
+        test_acc, test_loss = trainer.evaluate(d["tf_x_test"], d["tf_y_test"])
+        wall = time.time() - t0
+        self.budget.record(batch, wall)
+        return {
+            "pair": pair,
+            "side": "vr_shuffled" if shuffled else side,
+            "batch": batch,
+            "peak_lr": lr,
+            "seed": seed,
+            "epochs": FLAGS.epochs,
+            "steps": total,
+            "warmup_steps": warmup,
+            "replicas": FLAGS.replicas,
+            "gamma": FLAGS.gamma if side == "vr" else None,
+            "optimizer_config": trainer.optimizer_config,
+            "final": {
+                "val_acc": curve[-1]["val_acc"],
+                "val_loss": curve[-1]["val_loss"],
+                "train_acc": round(100 * train_acc, 3),
+                "train_loss": round(train_loss, 5),
+                "test_acc": round(100 * test_acc, 3),
+                "test_loss": round(test_loss, 5),
+                "gap": round(100 * (train_acc - test_acc), 3),
+                "diverged": not (math.isfinite(train_loss) and math.isfinite(test_loss)),
+            },
+            "curve": curve,
+            "diagnostics": diag,
+            "wall_s": round(wall, 1),
+            "train_s": round(train_s, 1),
+        }
+
+
+def shuffle_transform(seed_var, step_var):
+    """The VR-shuffled control's factor hook: a random permutation of each variable's factor,
+    new every step, from stateless draws keyed by (run seed, step, variable), so every
+    replica applies the same permutation."""
+    import tensorflow as tf
+
+    def permute(factor, j):
+        n = factor.shape[0]
+        key = tf.stack(
+            [
+                tf.cast(seed_var, tf.int64),
+                tf.cast(step_var, tf.int64) * 1009 + j,
+            ]
+        )
+        order = tf.argsort(tf.random.stateless_uniform([n], key, alg="philox"))
+        return tf.gather(factor, order)
+
+    return permute
+
+
+# --------------------------------------------------------------------------------------------
+# Phases
+# --------------------------------------------------------------------------------------------
+
+
+def grid(center, exponents):
+    return [float(f"{center * 2.0**e:.6g}") for e in exponents]
+
+
+def mean_val(runs, pair, side, batch, lr, seeds):
+    vals = []
+    for s in seeds:
+        r = runs.get(run_key(pair, side, batch, lr, s))
+        if r is None:
+            return None
+        v = r["final"]["val_acc"]
+        vals.append(v if math.isfinite(v) else 0.0)
+    return sum(vals) / len(vals)
+
+
+def tune_grid(runs, pair, batch, center, seeds):
+    """The grid of (pair, batch) after the edge extensions the finished runs call for, and
+    each side's best rate (None while a run of the grid is missing)."""
+    exps = [int(e) for e in FLAGS.grid_exponents]
+    for attempt in range(FLAGS.max_extensions + 1):
+        rates = grid(center, exps)
+        best = {}
+        for side in ("base", "vr"):
+            means = [mean_val(runs, pair, side, batch, lr, seeds) for lr in rates]
+            if any(m is None for m in means):
+                return rates, None
+            best[side] = max(range(len(rates)), key=lambda i: means[i])
+        chosen = {side: rates[i] for side, i in best.items()}
+        if attempt == FLAGS.max_extensions:
+            return rates, chosen
+        low = any(b == 0 for b in best.values())
+        high = any(b == len(rates) - 1 for b in best.values())
+        if not (low or high):
+            return rates, chosen
+        exps = ([exps[0] - 1] if low else []) + exps + ([exps[-1] + 1] if high else [])
+
+
+def phase_tune(runner, pair, state):
+    """Runs the missing tuning runs; returns {batch: {side: best lr}} (partial if cut)."""
+    runs = state["runs"]
+    seeds = [int(s) for s in FLAGS.tune_seeds]
+    center = dict(c.split(":") for c in FLAGS.centers)
+    best = {}
+    plan = [(FLAGS.small_batch, float(center[pair]))]
+    for batch, c in plan:
+        while True:
+            rates, chosen = tune_grid(runs, pair, batch, c, seeds)
+            state.setdefault("grids", {})[f"{pair}/b{batch}"] = rates
+            if chosen is not None:
+                break
+            for seed in seeds:
+                for lr in rates:
+                    for side in ("base", "vr"):
+                        key = run_key(pair, side, batch, lr, seed)
+                        if key in runs:
+                            continue
+                        logging.info("tune %s", key)
+                        runs[key] = runner.run(pair, side, batch, lr, seed)
+                        save_phase("tune", state)
+                        logging.info(
+                            "  val %.2f test %.2f wall %.0fs",
+                            runs[key]["final"]["val_acc"],
+                            runs[key]["final"]["test_acc"],
+                            runs[key]["wall_s"],
+                        )
+        best[batch] = chosen
+        state.setdefault("best", {})[f"{pair}/b{batch}"] = chosen
+        save_phase("tune", state)
+        if batch == FLAGS.small_batch:
+            scaled = chosen["base"] * math.sqrt(FLAGS.large_batch / FLAGS.small_batch)
+            state.setdefault("sqrt_scaled", {})[pair] = scaled
+            plan.append((FLAGS.large_batch, scaled))
+    return best
+
+
+def tuned(pair):
+    """{batch: {side: lr}} and the sqrt-scaled rate from tune.json; raises if not done."""
+    state = load_phase("tune")
+    out = {}
+    for batch in (FLAGS.small_batch, FLAGS.large_batch):
+        b = state.get("best", {}).get(f"{pair}/b{batch}")
+        if b is None:
+            raise OutOfBudget(f"tuning of {pair} at batch {batch} not finished")
+        out[batch] = b
+    return out, state["sqrt_scaled"][pair]
+
+
+def run_list(runner, phase, state, specs):
+    runs = state["runs"]
+    for pair, side, batch, lr, seed, shuffled in specs:
+        key = run_key(pair, "vr_shuffled" if shuffled else side, batch, lr, seed)
+        if key in runs:
+            continue
+        logging.info("%s %s", phase, key)
+        runs[key] = runner.run(pair, side, batch, lr, seed, shuffled=shuffled)
+        save_phase(phase, state)
+        logging.info("  test %.2f wall %.0fs", runs[key]["final"]["test_acc"], runs[key]["wall_s"])
+
+
+def phase_final(runner, pair, state):
+    best, _ = tuned(pair)
+    seeds = [int(s) for s in FLAGS.final_seeds]
+    specs = [
+        (pair, side, batch, best[batch][side], seed, False)
+        for batch in (FLAGS.large_batch, FLAGS.small_batch)
+        for seed in seeds
+        for side in ("base", "vr")
+    ]
+    state.setdefault("best", {}).update({f"{pair}/b{b}": best[b] for b in best})
+    run_list(runner, "final", state, specs)
+
+
+def phase_controls(runner, pair, state):
+    best, _ = tuned(pair)
+    lr = best[FLAGS.large_batch]["vr"]
+    state.setdefault("rates", {})[pair] = lr
+    specs = [(pair, "vr", FLAGS.large_batch, lr, int(s), True) for s in FLAGS.final_seeds]
+    run_list(runner, "controls", state, specs)
+
+
+def phase_paper(runner, pair, state):
+    _, scaled = tuned(pair)
+    state.setdefault("rates", {})[pair] = scaled
+    specs = [
+        (pair, side, FLAGS.large_batch, scaled, int(s), False)
+        for s in FLAGS.final_seeds
+        for side in ("base", "vr")
+    ]
+    run_list(runner, "paper", state, specs)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv):
+    del argv
+    import benchlib
+
+    if FLAGS.quick:
+        FLAGS.epochs, FLAGS.warmup_epochs = 2, 1
+        FLAGS.tune_seeds, FLAGS.final_seeds = ["1000"], ["0"]
+        FLAGS.grid_exponents = ["0", "1", "2"]
+        FLAGS.max_extensions = 0
+        FLAGS.out_dir = FLAGS.out_dir or os.path.join(benchlib.RESULTS_DIR, "evidence_quick")
+    unknown = [p for p in FLAGS.phases if p not in PHASES]
+    if unknown:
+        raise ValueError(f"--phases: unknown {unknown}; allowed {PHASES}.")
+    benchlib.setup_devices(FLAGS.replicas)
+    budget = Budget(FLAGS.budget_minutes)
+    phases = [p for p in PHASES if p in FLAGS.phases]
+    if "mechanistic" in phases:
+        import evidence_mech
+
+        state = load_phase("mechanistic")
+        evidence_mech.run_all(state, FLAGS, lambda: save_phase("mechanistic", state))
+        save_phase("mechanistic", state)
+        phases.remove("mechanistic")
+    if not phases:
+        return
+    data = benchlib.load_fashion_mnist(FLAGS.data_dir)
+    if FLAGS.quick:  # smoke test only: 8192 training examples
+        data["x"], data["y"] = data["x"][:8192], data["y"][:8192]
+    data = benchlib.prepare(data)
+    import tensorflow as tf
+
+    data["tf_x_val"] = tf.constant(data["x_val"])
+    data["tf_y_val"] = tf.constant(data["y_val"])
+    runner = Runner(data, budget)
+    steps = {"tune": phase_tune, "final": phase_final, "controls": phase_controls}
+    steps["paper"] = phase_paper
+    try:
+        for pair in FLAGS.pairs:
+            for phase in phases:
+                state = load_phase(phase)
+                steps[phase](runner, pair, state)
+                save_phase(phase, state)
+    except OutOfBudget as e:
+        logging.warning("stopped (budget or prerequisite): %s", e)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,591 @@
+"""The Fashion-MNIST evidence section of docs/results.md, from benchmarks/results/evidence/.
+
+Entry point :func:`render` (the report's section interface); :func:`section` returns the
+markdown and writes its plots. Whatever
+data exist are shown; a missing phase reads "not yet run", too few pairs "inconclusive".
+The verdict words and rules are the pre-registered ones (benchmarks/README.md,
+benchmarks/evidence_stats.py).
+"""
+
+import json
+import math
+import os
+
+import evidence_stats as es
+import numpy as np
+
+PAIR_LABEL = {"momentum": ("Momentum", "VR-Momentum"), "lamb": ("LAMB", "VR-LAMB")}
+SMALL, LARGE = 256, 4096
+COLORS = {"base": "tab:blue", "vr": "tab:red", "vr_shuffled": "tab:gray"}
+
+
+def _load(results_dir, phase):
+    path = os.path.join(results_dir, f"{phase}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _runs(state, **kw):
+    if not state:
+        return []
+    return [r for r in state["runs"].values() if all(r.get(k) == v for k, v in kw.items())]
+
+
+def _by_seed(runs):
+    return {r["seed"]: r for r in runs}
+
+
+def _fmt_ci(ci):
+    return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _pairs(base_runs, vr_runs, field="test_acc"):
+    b, v = _by_seed(base_runs), _by_seed(vr_runs)
+    seeds = sorted(set(b) & set(v))
+    return seeds, [v[s]["final"][field] - b[s]["final"][field] for s in seeds]
+
+
+def _rule_out(summary):
+    lo, hi = summary["t_ci"]
+    return (
+        f"The 95 % CI rules out a VR effect below {lo:+.2f} pp or above {hi:+.2f} pp "
+        f"(at this CI's confidence); it cannot rule out any effect inside "
+        f"[{lo:+.2f}, {hi:+.2f}] pp"
+        + (
+            ", which includes differences larger than the ±1 pp margin."
+            if lo <= -es.MARGIN_PP or hi >= es.MARGIN_PP
+            else ", all within the ±1 pp margin."
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Plots
+# ------------------------------------------------------------------------------------------
+
+
+def plot_tuning(tune, pair, path):
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    drawn = False
+    for ax, batch in zip(axes, (SMALL, LARGE)):
+        for side in ("base", "vr"):
+            runs = _runs(tune, pair=pair, batch=batch, side=side)
+            if not runs:
+                continue
+            rates = sorted({r["peak_lr"] for r in runs})
+            means = [
+                np.mean([r["final"]["val_acc"] for r in runs if r["peak_lr"] == lr]) for lr in rates
+            ]
+            for r in runs:
+                ax.plot(r["peak_lr"], r["final"]["val_acc"], ".", color=COLORS[side], alpha=0.4)
+            label = PAIR_LABEL[pair][side == "vr"]
+            ax.plot(rates, means, "o-", color=COLORS[side], label=label)
+            drawn = True
+        ax.set_xscale("log")
+        ax.set_title(f"batch {batch}")
+        ax.set_xlabel("peak learning rate")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("validation accuracy (%) after 30 epochs")
+    if drawn:
+        axes[0].legend()
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path)
+    plt.close(fig)
+    return drawn
+
+
+def plot_tuned_vs_batch(final, pair, path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    drawn = False
+    for side, dx in (("base", 0.97), ("vr", 1.03)):
+        xs, ms, es_ = [], [], []
+        for batch in (SMALL, LARGE):
+            acc = [r["final"]["test_acc"] for r in _runs(final, pair=pair, batch=batch, side=side)]
+            if len(acc) >= 1:
+                xs.append(batch * dx)
+                ms.append(np.mean(acc))
+                es_.append(
+                    0.0 if len(acc) < 2 else 2.571 * np.std(acc, ddof=1) / math.sqrt(len(acc))
+                )
+        if xs:
+            ax.errorbar(
+                xs, ms, yerr=es_, fmt="o-", capsize=3, color=COLORS[side],
+                label=PAIR_LABEL[pair][side == "vr"],
+            )  # fmt: skip
+            drawn = True
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("global batch")
+    ax.set_ylabel("test accuracy (%), tuned, mean ± 95% CI")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend()
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path)
+    plt.close(fig)
+    return drawn
+
+
+def plot_curves(final, controls, pair, target, path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    drawn = False
+    groups = [("base", final), ("vr", final), ("vr_shuffled", controls)]
+    for side, state in groups:
+        for i, r in enumerate(_runs(state, pair=pair, batch=LARGE, side=side)):
+            steps = [c["step"] for c in r["curve"]]
+            acc = [c["val_acc"] for c in r["curve"]]
+            ax.plot(
+                steps, acc, color=COLORS[side], alpha=0.6, lw=1,
+                label=side if i == 0 else None,
+            )  # fmt: skip
+            drawn = True
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=1, label="0.98 x batch-256 base")
+    ax.set_xlabel("step (batch 4096)")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_ylim(bottom=max(0, (target or 60) - 30))
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path)
+    plt.close(fig)
+    return drawn
+
+
+def plot_gap_vs_loss(final, pair, path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    drawn = False
+    for side in ("base", "vr"):
+        for i, r in enumerate(_runs(final, pair=pair, batch=LARGE, side=side)):
+            tl = [c["train_loss"] for c in r["curve"]]
+            gap = [c["train_acc"] - c["val_acc"] for c in r["curve"]]
+            ax.plot(
+                tl, gap, color=COLORS[side], alpha=0.6, lw=1,
+                label=PAIR_LABEL[pair][side == "vr"] if i == 0 else None,
+            )  # fmt: skip
+            drawn = True
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_xlabel("training loss (10k subset), decreasing →")
+    ax.set_ylabel("train − validation accuracy (pp)")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend()
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path)
+    plt.close(fig)
+    return drawn
+
+
+def plot_factor_stats(final, controls, mech, pair, path):
+    """Per-layer mean factor and fraction at gamma over training (VR runs at 4096), with
+    the null-calibration lines of check (a)."""
+    plt = _plt()
+    runs = _runs(final, pair=pair, batch=LARGE, side="vr")
+    if not runs or not runs[0].get("diagnostics"):
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    names = list(runs[0]["diagnostics"][0]["stats"])
+    cmap = plt.get_cmap("viridis")
+    for ax, field in zip(axes, ("mean_factor", "frac_at_gamma", "norm_ratio")):
+        for j, name in enumerate(names):
+            epochs = [d["epoch"] for d in runs[0]["diagnostics"]]
+            vals = np.mean(
+                [[d["stats"][name][field] for d in r["diagnostics"]] for r in runs], axis=0
+            )
+            ax.plot(epochs, vals, color=cmap(j / max(1, len(names) - 1)), label=name, lw=1)
+        null = (mech or {}).get("null", {}).get("8")
+        if null:
+            ax.axhline(null[field], color="k", ls="--", lw=1, label="pure noise, k = 8")
+        ax.set_title(field)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def plot_spearman(mech, path):
+    info = (mech or {}).get("informative")
+    if not info:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    cps = info["checkpoints"]
+    names = info["variables"]
+    cmap = plt.get_cmap("viridis")
+    for ax, k in zip(axes, ("8", "32")):
+        for j, name in enumerate(names):
+            ys = [cp["spearman_factor"][k][name] for cp in cps]
+            ax.plot(
+                [cp["epoch"] for cp in cps], [np.nan if y is None else y for y in ys], "o-",
+                color=cmap(j / max(1, len(names) - 1)), label=name.split("/", 1)[-1], lw=1,
+            )  # fmt: skip
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_title(f"k = {k}: Spearman(factor, reference GSNR)")
+        ax.set_xlabel("epoch of the base run (batch 4096)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Spearman rho per layer")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Text
+# ------------------------------------------------------------------------------------------
+
+
+def _tuning_lines(tune, pair):
+    lines = []
+    for batch in (SMALL, LARGE):
+        runs = _runs(tune, pair=pair, batch=batch)
+        if not runs:
+            lines.append(f"- Batch {batch}: not yet run.")
+            continue
+        best = (tune.get("best") or {}).get(f"{pair}/b{batch}")
+        grid = (tune.get("grids") or {}).get(f"{pair}/b{batch}", [])
+        cells = []
+        for side in ("base", "vr"):
+            per_lr = {}
+            for r in _runs(tune, pair=pair, batch=batch, side=side):
+                per_lr.setdefault(r["peak_lr"], []).append(r["final"]["val_acc"])
+            cells.append(
+                f"{PAIR_LABEL[pair][side == 'vr']}: "
+                + ", ".join(
+                    f"{lr:g} → {np.mean(v):.2f} ({len(v)})" for lr, v in sorted(per_lr.items())
+                )
+            )
+        status = (
+            f"best base {best['base']:g}, best VR {best['vr']:g}"
+            if best
+            else f"incomplete ({len(runs)} of {2 * 2 * len(grid)} runs of the grid)"
+        )
+        lines.append(
+            f"- Batch {batch}, grid {', '.join(f'{g:g}' for g in grid)}: {status}. "
+            "Mean validation accuracy % (tuning seeds): " + "; ".join(cells) + "."
+        )
+    return lines
+
+
+def _primary(final, pair, lines):
+    base = _runs(final, pair=pair, batch=LARGE, side="base")
+    vr = _runs(final, pair=pair, batch=LARGE, side="vr")
+    seeds, deltas = _pairs(base, vr)
+    if not final or not (base or vr):
+        lines += ["**Primary endpoint: not yet run** (tuning first).", ""]
+        return None
+    if len(deltas) < 2:
+        lines.append(
+            f"**Primary endpoint: inconclusive** — only {len(deltas)} seed pair(s) finished "
+            "(6 registered)."
+        )
+        lines.append("")
+        return None
+    s = es.paired_summary(deltas)
+    lines += [
+        f"**Primary endpoint (test accuracy at batch 4096, each side at its tuned rate, "
+        f"{s['n']} seed pairs): Δ = VR − base = {s['mean']:+.2f} pp, 95 % CI (t) "
+        f"{_fmt_ci(s['t_ci'])}, bootstrap {_fmt_ci(s['boot_ci'])}; TOST against ±1 pp "
+        f'p = {s["p_tost"]:.3g}. Verdict: "{s["verdict"]}"**'
+        + ("" if s["n"] >= 6 else f" (partial: {s['n']} of 6 pairs)")
+        + ".",
+        "",
+        _rule_out(s),
+        "",
+    ]
+    return s
+
+
+def _secondary(tune, final, paper, pair, lines):
+    rows, ps = [], []
+    # 1. collapse rate, paper-protocol arm
+    pb, pv = (_runs(paper, pair=pair, side=s) for s in ("base", "vr"))
+    seeds = sorted(set(_by_seed(pb)) & set(_by_seed(pv)))
+    if seeds:
+        c = es.collapse_test(
+            [_by_seed(pb)[s]["final"]["test_acc"] for s in seeds],
+            [_by_seed(pv)[s]["final"]["test_acc"] for s in seeds],
+        )
+        rows.append(
+            f"collapse rate (< 20 % test) in the paper-protocol arm: base "
+            f"{c['base_rate']:.2f}, VR {c['vr_rate']:.2f} ({c['n']} pair(s); exact McNemar)"
+        )
+        ps.append(c["p"])
+    else:
+        rows.append("collapse rate in the paper-protocol arm: not yet run")
+        ps.append(None)
+    # 2. learning-rate window (descriptive: 2 tuning seeds give no test)
+    parts = []
+    for side in ("base", "vr"):
+        runs = _runs(tune, pair=pair, batch=LARGE, side=side)
+        if runs:
+            per = {}
+            for r in runs:
+                per.setdefault(r["peak_lr"], []).append(r["final"]["val_acc"])
+            rates = sorted(per)
+            w = es.lr_window_width(rates, [np.mean(per[lr]) for lr in rates])
+            parts.append(f"{side} {w['log2_width']:.0f} octaves ({w['count']} rates)")
+    rows.append(
+        "learning-rate window within 1 pp of the best, batch 4096: "
+        + (", ".join(parts) if parts else "not yet run")
+        + " (descriptive, no test)"
+    )
+    ps.append(None)
+    # 3. steps to 0.98 x batch-256 base final validation accuracy
+    target = None
+    small = _runs(final, pair=pair, batch=SMALL, side="base")
+    if small:
+        target = 0.98 * np.mean([r["final"]["val_acc"] for r in small])
+    base, vr = (_by_seed(_runs(final, pair=pair, batch=LARGE, side=s)) for s in ("base", "vr"))
+    seeds = sorted(set(base) & set(vr))
+    if target is not None and len(seeds) >= 2:
+        total = base[seeds[0]]["steps"]
+
+        def reach(r):
+            s = es.steps_to_target(
+                [c["step"] for c in r["curve"]], [c["val_acc"] for c in r["curve"]], target
+            )
+            return total + r["curve"][0]["step"] if s is None else s  # censored
+
+        d = [reach(vr[s]) - reach(base[s]) for s in seeds]
+        sm = es.paired_summary(d)
+        rows.append(
+            f"steps to {target:.2f} % validation (0.98 x batch-256 base): VR − base "
+            f"{sm['mean']:+.1f} steps, CI {_fmt_ci(sm['t_ci'])} (never reached counts as "
+            "one epoch past the end)"
+        )
+        ps.append(sm["p_t"])
+    else:
+        rows.append("steps to 0.98 x batch-256 base validation accuracy: not yet run")
+        ps.append(None)
+    # 4. generalization gap at the end and at matched training loss
+    if len(seeds) >= 2:
+        d_end = [vr[s]["final"]["gap"] - base[s]["final"]["gap"] for s in seeds]
+        sm = es.paired_summary(d_end)
+        matched = []
+        for s in seeds:
+            loss = max(vr[s]["curve"][-1]["train_loss"], base[s]["curve"][-1]["train_loss"])
+            g = [
+                es.gap_at_loss(
+                    [c["train_loss"] for c in r["curve"]],
+                    [c["train_acc"] - c["val_acc"] for c in r["curve"]],
+                    loss,
+                )
+                for r in (vr[s], base[s])
+            ]
+            if None not in g:
+                matched.append(g[0] - g[1])
+        extra = ""
+        if len(matched) >= 2:
+            mm = es.paired_summary(matched)
+            extra = (
+                f"; at matched training loss (train − validation) {mm['mean']:+.2f} pp, CI "
+                f"{_fmt_ci(mm['t_ci'])}, p = {mm['p_t']:.3g} (not in the Holm family)"
+            )
+        rows.append(
+            f"generalization gap (train − test) at the end, VR − base: {sm['mean']:+.2f} pp, "
+            f"CI {_fmt_ci(sm['t_ci'])}{extra}"
+        )
+        ps.append(sm["p_t"])
+    else:
+        rows.append("generalization gap: not yet run")
+        ps.append(None)
+    adj = es.holm(ps)
+    lines.append("Secondary endpoints (Holm over 4; an endpoint without a test counts p = 1):")
+    lines.append("")
+    for row, p, a in zip(rows, ps, adj):
+        lines.append(f"- {row}" + ("" if p is None else f"; p = {p:.3g}, Holm {a:.3g}") + ".")
+    lines.append("")
+    return target
+
+
+def _shuffled(final, controls, pair, lines):
+    vr = _runs(final, pair=pair, batch=LARGE, side="vr")
+    sh = _runs(controls, pair=pair, batch=LARGE, side="vr_shuffled")
+    seeds, d = _pairs(sh, vr)
+    if len(d) >= 2:
+        s = es.paired_summary(d)
+        lines.append(
+            f"VR − VR-shuffled at 4096 (same rate and seeds, {s['n']} pairs): "
+            f"{s['mean']:+.2f} pp, 95 % CI {_fmt_ci(s['t_ci'])}: "
+            + (
+                "the GSNR information in the factor matters."
+                if s["t_ci"][0] > 0
+                else "no evidence that the factor's GSNR information (rather than its "
+                "distribution) matters."
+            )
+        )
+    else:
+        lines.append("VR − VR-shuffled at 4096: not yet run.")
+    lines.append("")
+
+
+def _mechanistic(mech, lines):
+    lines += ["### Mechanistic checks", ""]
+    if not mech:
+        lines += ["Not yet run.", ""]
+        return
+    null = mech.get("null")
+    if null:
+        lines.append(
+            "(a) Null calibration (replica gradients pure noise, true GSNR 0; the library's "
+            "factor, gamma 0.1): "
+            + "; ".join(
+                f"k = {k}: mean factor {v['mean_factor']:.3f}, at gamma "
+                f"{v['frac_at_gamma']:.3f}, at 1 {v['frac_at_one']:.3f}, norm ratio "
+                f"{v['norm_ratio']:.3f}"
+                for k, v in null.items()
+            )
+            + ". A factor with no signal in it already scales about half of each "
+            "variable's elements down; per-layer values near these lines carry no GSNR "
+            "information."
+        )
+        lines.append("")
+    info = mech.get("informative")
+    if info:
+        lines += [
+            f"(b, c) Along a base Momentum run at batch 4096 (peak lr {info['peak_lr']:g}, "
+            "seed 0): Spearman correlation per layer of the k-replica factor with a "
+            "reference GSNR from 256 micro-batches of 64 (mean of 3 batches), and the "
+            "critical batch B_simple = tr(Σ)/|G|² (McCandlish et al. 2018).",
+            "",
+            "| epoch | val % | B_simple | dead elements % | ρ k = 8 (per layer) | "
+            "ρ k = 32 (per layer) |",
+            "|---:|---:|---:|---:|---|---|",
+        ]
+        for cp in info["checkpoints"]:
+            r8, r32 = (
+                ", ".join(
+                    "–" if v is None else f"{v:.2f}" for v in cp["spearman_factor"][k].values()
+                )
+                for k in ("8", "32")
+            )
+            dead = 100 * np.mean(list(cp.get("frac_dead", {"-": np.nan}).values()))
+            lines.append(
+                f"| {cp['epoch']} | {cp['val_acc']:.1f} | {cp['b_simple']:.0f} | {dead:.1f} | "
+                f"{r8} | {r32} |"
+            )
+        lines += [
+            "",
+            "Layers in order: " + ", ".join(n.split("/", 1)[-1] for n in info["variables"]) + ".",
+            "",
+        ]
+    toy = mech.get("toy")
+    if toy:
+        lines.append(
+            f"(d) The paper's linear-regression toy (d = {toy['d']}, W_i = i, init 0, "
+            f"{toy['steps']} steps, B = {toy['batch']}, {toy['seeds']} seeds; excess loss "
+            "|w − W|²): "
+            + "; ".join(
+                f"lr {lr}: base {v['base_excess']:.3g}, best gamma {v['best_gamma']:g} "
+                f"({v['gamma_sweep_k64'][str(v['best_gamma'])]:.3g}), best k {v['best_k']} "
+                f"({v['k_sweep_gamma0.1'][str(v['best_k'])]:.3g})"
+                for lr, v in toy["by_lr"].items()
+            )
+            + ". The paper's best gamma is 0.04–0.2 and best k 32–256."
+        )
+        lines.append("")
+
+
+def render(ctx, lines):
+    """Appends the section for ``ctx`` (:class:`report.common.Context`) to ``lines``; the
+    phase JSONs are read from ``benchmarks/results/evidence/``."""
+    from report.common import RESULTS
+
+    lines.append(section(os.path.join(RESULTS, "evidence"), ctx.img_dir, ctx.img_rel))
+
+
+def section(results_dir, images_dir, images_rel):
+    """The evidence section (markdown) for docs/results.md; writes its plots.
+
+    Args:
+      results_dir: directory of the phase JSON files (benchmarks/results/evidence).
+      images_dir: where the PNGs go.
+      images_rel: ``images_dir`` relative to the markdown file (for the links).
+
+    Returns:
+      The section as one string (starts with a ``## `` heading, ends with a newline).
+    """
+    tune, final, controls, paper, mech = (
+        _load(results_dir, p) for p in ("tune", "final", "controls", "paper", "mechanistic")
+    )
+    lines = [
+        "## Fashion-MNIST evidence (pre-registered protocol)",
+        "",
+        'The protocol, fixed before any run: benchmarks/README.md, "Fashion-MNIST evidence '
+        'protocol"; runner `python benchmarks/evidence.py`. Verdict words, decided by the '
+        '95 % t interval of the paired Δ only: "VR better" (CI above 0 and mean ≥ +1 pp), '
+        '"equivalent" (CI inside ±1 pp), "worse" (CI below 0), otherwise '
+        '"inconclusive".',
+        "",
+    ]
+    os.makedirs(images_dir, exist_ok=True)
+    for pair in ("momentum", "lamb"):
+        if pair != "momentum" and not any(
+            _runs(s, pair=pair) for s in (tune, final, controls, paper)
+        ):
+            continue
+        base_l, vr_l = PAIR_LABEL[pair]
+        lines += [f"### {base_l} vs {vr_l}", ""]
+        _primary(final, pair, lines)
+        target = _secondary(tune, final, paper, pair, lines)
+        _shuffled(final, controls, pair, lines)
+        lines += ["Tuning (validation accuracy at the end of training):", ""]
+        lines += _tuning_lines(tune, pair) + [""]
+        plots = [
+            (plot_tuning(tune, pair, _p(images_dir, f"evidence_tuning_{pair}.png")),
+             f"evidence_tuning_{pair}.png", "validation accuracy vs learning rate"),
+            (plot_tuned_vs_batch(final, pair, _p(images_dir, f"evidence_batch_{pair}.png")),
+             f"evidence_batch_{pair}.png", "tuned test accuracy vs batch"),
+            (plot_curves(final, controls, pair, target,
+                         _p(images_dir, f"evidence_curves_{pair}.png")),
+             f"evidence_curves_{pair}.png", "validation curves at 4096"),
+            (plot_gap_vs_loss(final, pair, _p(images_dir, f"evidence_gap_{pair}.png")),
+             f"evidence_gap_{pair}.png", "gap vs training loss"),
+            (plot_factor_stats(final, controls, mech, pair,
+                               _p(images_dir, f"evidence_factor_{pair}.png")),
+             f"evidence_factor_{pair}.png", "factor statistics over training"),
+        ]  # fmt: skip
+        for ok, name, alt in plots:
+            if ok:
+                lines += [f"![{alt}]({images_rel}/{name})", ""]
+    _mechanistic(mech, lines)
+    if plot_spearman(mech, _p(images_dir, "evidence_spearman.png")):
+        lines += [f"![factor vs reference GSNR]({images_rel}/evidence_spearman.png)", ""]
+    done = {
+        p: len((s or {}).get("runs", {}))
+        for p, s in (("tune", tune), ("final", final), ("controls", controls), ("paper", paper))
+    }
+    lines += [
+        "Runs finished per phase: " + ", ".join(f"{p} {n}" for p, n in done.items()) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _p(d, name):
+    return os.path.join(d, name)

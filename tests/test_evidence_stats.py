@@ -1,0 +1,160 @@
+"""The verdict rules and statistics of the Fashion-MNIST evidence protocol
+(benchmarks/evidence_stats.py) on hand-made deltas."""
+
+import math
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+
+import evidence_stats as es  # noqa: E402
+
+
+class VerdictTest(tf.test.TestCase):
+    def test_rules_in_order(self):
+        self.assertEqual(es.verdict(1.5, 0.5, 2.5), "VR better")
+        # CI above 0 but mean below +1 pp and CI not inside the margin: inconclusive.
+        self.assertEqual(es.verdict(0.9, 0.2, 1.6), "inconclusive")
+        # CI above 0 and mean >= 1 wins over "equivalent" only if CI leaves the margin:
+        # (0.2, 0.9) with mean 0.55 is inside +-1 -> equivalent.
+        self.assertEqual(es.verdict(0.55, 0.2, 0.9), "equivalent")
+        self.assertEqual(es.verdict(0.0, -0.9, 0.9), "equivalent")
+        # Inside the margin and below 0: equivalent comes first.
+        self.assertEqual(es.verdict(-0.5, -0.8, -0.2), "equivalent")
+        self.assertEqual(es.verdict(-2.0, -3.0, -1.0), "worse")
+        self.assertEqual(es.verdict(-1.0, -1.5, -0.5), "worse")
+        self.assertEqual(es.verdict(0.0, -1.5, 1.5), "inconclusive")
+        self.assertEqual(es.verdict(0.0, -1.0, 0.5), "inconclusive")  # -1 is not inside
+        self.assertEqual(es.verdict(float("nan"), 0.0, 1.0), "inconclusive")
+
+    def test_paired_summary_by_hand(self):
+        """Deltas (1, 2, 3, 4, 5, 6): mean 3.5, sd = sqrt(17.5 / 5) = sqrt(3.5) = 1.8708,
+        se = 1.8708 / sqrt(6) = 0.76376, t_{0.975, 5} = 2.570582,
+        half width 1.96334 -> CI (1.53666, 5.46334): above 0, mean >= 1 -> VR better.
+        t = 3.5 / 0.76376 = 4.5826, two-sided p (5 df) = 0.005934."""
+        s = es.paired_summary([1, 2, 3, 4, 5, 6])
+        self.assertEqual(s["n"], 6)
+        self.assertAllClose(s["mean"], 3.5)
+        self.assertAllClose(s["sd"], math.sqrt(3.5))
+        self.assertAllClose(s["t_ci"], [1.53666, 5.46334], atol=1e-4)
+        self.assertAllClose(s["p_t"], 0.005934, atol=2e-5)
+        self.assertEqual(s["verdict"], "VR better")
+        # Percentile bootstrap of the mean lies within the data range and around the mean.
+        low, high = s["boot_ci"]
+        self.assertTrue(1.0 < low < 3.5 < high < 6.0, s["boot_ci"])
+        self.assertGreater(s["p_tost"], 0.5)  # far outside the +-1 margin
+
+    def test_equivalence_by_tost(self):
+        """Deltas (-0.1, 0.1, 0.0, 0.05, -0.05, 0.0): mean 0, sd = sqrt(0.025 / 5)
+        = 0.070711, se 0.028868; t CI +-0.074207: inside +-1 -> equivalent; TOST
+        t = 1 / 0.028868 = 34.64 on 5 df, p ~ 2e-7."""
+        s = es.paired_summary([-0.1, 0.1, 0.0, 0.05, -0.05, 0.0])
+        self.assertAllClose(s["t_ci"], [-0.074207, 0.074207], atol=1e-5)
+        self.assertEqual(s["verdict"], "equivalent")
+        self.assertEqual(s["verdict_boot"], "equivalent")
+        self.assertLess(s["p_tost"], 1e-5)
+
+    def test_worse_and_inconclusive(self):
+        self.assertEqual(es.paired_summary([-3, -4, -2, -3, -5, -4])["verdict"], "worse")
+        self.assertEqual(es.paired_summary([-8, 9, 3, -6, 7, -2])["verdict"], "inconclusive")
+
+    def test_constant_deltas_and_bad_input(self):
+        s = es.paired_summary([0.5, 0.5, 0.5])
+        self.assertEqual(s["t_ci"], [0.5, 0.5])
+        self.assertEqual(s["verdict"], "equivalent")
+        with self.assertRaisesRegex(ValueError, "deltas"):
+            es.paired_summary([1.0])
+        with self.assertRaisesRegex(ValueError, "deltas"):
+            es.paired_summary([1.0, float("nan")])
+
+
+class SecondaryTest(tf.test.TestCase):
+    def test_holm_by_hand(self):
+        """p = (0.01, 0.04, 0.03, 0.005), m = 4: sorted 0.005 (x4 = 0.02), 0.01 (x3 =
+        0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> monotone 0.06)."""
+        self.assertAllClose(es.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+        # A missing p counts as 1 and keeps m = 4: 0.01 x 4 = 0.04.
+        self.assertAllClose(es.holm([0.01, None, float("nan"), 0.5]), [0.04, 1.0, 1.0, 1.0])
+
+    def test_collapse_exact_mcnemar(self):
+        """6 pairs; base collapses in 5 (acc 10 %), VR in 0: 5 discordant pairs all one
+        way, two-sided binomial p = 2 * 0.5**5 = 0.0625."""
+        r = es.collapse_test([10, 10, 10, 10, 10, 85], [85] * 6)
+        self.assertEqual(r["discordant"], [5, 0])
+        self.assertAllClose(r["p"], 0.0625)
+        self.assertAllClose(r["base_rate"], 5 / 6)
+        self.assertEqual(es.collapse_test([85, 85], [84, 86])["p"], 1.0)
+
+    def test_lr_window(self):
+        rates = [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]
+        accs = [80.0, 85.5, 86.0, 85.2, 84.0, 10.0]
+        w = es.lr_window_width(rates, accs)
+        # Within 1 pp of 86.0: 0.025, 0.05, 0.1 -> log2(0.1 / 0.025) = 2.
+        self.assertEqual(w["best_lr"], 0.05)
+        self.assertEqual(w["count"], 3)
+        self.assertAllClose(w["log2_width"], 2.0)
+
+    def test_steps_to_target_and_gap_at_loss(self):
+        self.assertEqual(es.steps_to_target([13, 26, 39], [50.0, 80.0, 90.0], 80.0), 26)
+        self.assertIsNone(es.steps_to_target([13, 26], [50.0, 60.0], 80.0))
+        # Loss 1.0 -> 0.5 with gap 2 -> 4: at loss 0.75 halfway, gap 3.
+        self.assertAllClose(es.gap_at_loss([2.0, 1.0, 0.5], [1.0, 2.0, 4.0], 0.75), 3.0)
+        self.assertIsNone(es.gap_at_loss([2.0, 1.0], [1.0, 2.0], 0.5))
+        self.assertTrue(np.isfinite(es.gap_at_loss([0.1], [5.0], 0.5)))
+
+
+if __name__ == "__main__":
+    tf.test.main()
+
+
+class TuneGridTest(tf.test.TestCase):
+    """benchmarks/evidence.py: a best rate at a grid edge extends both sides' grids."""
+
+    def setUp(self):
+        super().setUp()
+        import evidence
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+        self.ev = evidence
+
+    def _runs(self, accs, batch=256, seeds=(1000, 1001)):
+        """accs: {side: {lr: val_acc}} -> the runs dict of tune.json."""
+        runs = {}
+        for side, per in accs.items():
+            for lr, acc in per.items():
+                for s in seeds:
+                    key = self.ev.run_key("momentum", side, batch, lr, s)
+                    runs[key] = {"final": {"val_acc": acc}}
+        return runs
+
+    def test_edge_extends_both_sides_until_interior(self):
+        grid = [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]
+        acc = {lr: 80.0 + i for i, lr in enumerate(grid)}  # best at the top edge
+        runs = self._runs({"base": acc, "vr": {lr: 85.0 - i for i, lr in enumerate(grid)}})
+        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        # Base's best is at the top edge, VR's at the bottom: one value added on each.
+        self.assertEqual(rates, [0.00625] + grid + [0.8])
+        self.assertIsNone(chosen)  # their runs are missing
+        runs.update(self._runs({"base": {0.00625: 50.0, 0.8: 90.0}, "vr": {0.00625: 84.0}}))
+        runs.update(self._runs({"vr": {0.8: 60.0}}))
+        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        # VR's best 0.0125 is interior now; base's best 0.8 is the new top edge: extend.
+        self.assertEqual(rates, [0.00625] + grid + [0.8, 1.6])
+        self.assertIsNone(chosen)
+        runs.update(self._runs({"base": {1.6: 10.0}, "vr": {1.6: 10.0}}))
+        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        self.assertEqual(chosen, {"base": 0.8, "vr": 0.0125})
+        self.assertLen(rates, 9)
+
+    def test_missing_seed_means_not_done(self):
+        grid = [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]
+        runs = self._runs({"base": dict.fromkeys(grid, 80.0), "vr": dict.fromkeys(grid, 80.0)})
+        del runs[self.ev.run_key("momentum", "vr", 256, 0.1, 1001)]
+        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        self.assertEqual(rates, grid)
+        self.assertIsNone(chosen)

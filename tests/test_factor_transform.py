@@ -1,0 +1,140 @@
+"""The experiments-only factor hook (``GSNRAggregator._transform_factor``,
+``gsnr.variance_reduce(transform_factor=...)``) used by the VR-shuffled control of
+``benchmarks/evidence.py``: a permutation of each variable's factor keeps its multiset,
+changes the weights, and stays out of the config."""
+
+import numpy as np
+import tensorflow as tf
+
+import vrgd_tf
+from vrgd_tf import gsnr
+
+import numpy_reference as ref
+import util
+
+
+def stateless_permutation(seed, counter):
+    """``fn(factor, j)``: a permutation of ``factor`` drawn from (seed, counter, j), the same
+    on every replica (stateless), as in benchmarks/evidence.py."""
+
+    def permute(factor, j):
+        n = factor.shape[0]
+        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(counter, tf.int64) * 1009 + j])
+        return tf.gather(factor, tf.argsort(tf.random.stateless_uniform([n], key, alg="philox")))
+
+    return permute
+
+
+class FactorTransformTest(tf.test.TestCase):
+    def _run(self, transform, jit_compile=False):
+        k = 4
+        init, grads = util.make_varying_problem(k, seed=7, steps=1)
+        zero = {n: np.zeros_like(v) for n, v in init.items()}
+
+        def make():
+            opt = vrgd_tf.VRGDSGD(learning_rate=1.0, momentum=0.0, gamma=0.1)
+            if transform is not None:
+                opt._vrgd._transform_factor = transform(opt)
+            return opt
+
+        variables, opt = util.run_custom_loop(
+            util.strategy_for(k), make, zero, grads, jit_compile=jit_compile
+        )
+        return variables, opt, grads
+
+    def test_permuted_factor_keeps_multiset_and_changes_weights(self):
+        plain, plain_opt, grads = self._run(None)
+        shuffled, opt, _ = self._run(lambda o: stateless_permutation(3, o.iterations))
+        changed = False
+        for name in grads:
+            factor, s1 = ref.gsnr_factor(grads[name][0], 0.1)
+            # One SGD step from 0 with learning rate 1: w = -factor * S1.
+            self.assertAllClose(plain[name].numpy(), -factor * s1, rtol=1e-5, atol=1e-7)
+            applied = -shuffled[name].numpy().ravel() / s1.ravel()
+            self.assertAllClose(np.sort(applied), np.sort(factor.ravel()), rtol=1e-4, atol=1e-6)
+            changed |= not np.allclose(shuffled[name].numpy(), plain[name].numpy())
+            # The same factor distribution: mean_factor is unchanged, norm_ratio is that
+            # of the permuted factor.
+            stats = [s for n, s in opt.vrgd_statistics().items() if n.endswith(name)][0]
+            self.assertAllClose(stats["mean_factor"], factor.mean(), rtol=1e-5)
+            want = np.linalg.norm(applied * s1.ravel()) / np.linalg.norm(s1)
+            self.assertAllClose(stats["norm_ratio"], want, rtol=1e-4)
+        self.assertTrue(changed)
+        self.assertNotIn("transform_factor", str(opt.get_config()))
+        self.assertNotIn("transform_factor", str(opt._vrgd.get_config()))
+
+    def test_permuted_step_compiles_with_xla_and_matches_eager(self):
+        """The whole GSNR step with the stateless permutation compiles into one XLA cluster
+        (4 replicas through test_xla.FakeReplicaContext) and is deterministic; eager or
+        compiled, each variable's factor is a permutation of the unpermuted one. (XLA's
+        stateless RNG draws another permutation than the eager kernel for the same key;
+        every replica runs the same program, so they agree.)"""
+        from test_xla import FakeReplicaContext
+
+        k = 4
+        init, grads = util.make_varying_problem(k, seed=9, steps=1)
+        names = sorted(init)
+        variables = [tf.Variable(init[n], name=n) for n in names]
+
+        def run(jit, transform):
+            state = gsnr.VRGDState(
+                lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind), id, 0.0
+            )
+            state.add_variables(variables)
+            ctx = FakeReplicaContext([[grads[n][0, d] for n in names] for d in range(1, k)])
+
+            def fn(*g):
+                return gsnr.variance_reduce(
+                    list(g),
+                    variables,
+                    gamma=0.1,
+                    beta_3=0.0,
+                    state=state,
+                    replica_context=ctx,
+                    transform_factor=transform,
+                )
+
+            mine = [tf.constant(grads[n][0, 0]) for n in names]
+            return [o.numpy() for o in tf.function(fn, jit_compile=jit)(*mine)]
+
+        perm = stateless_permutation(5, tf.constant(2, tf.int64))
+        plain = run(False, None)
+        eager = run(False, perm)
+        xla = run(True, perm)
+        again = run(True, perm)
+        for n, p, e, x, y in zip(names, plain, eager, xla, again):
+            self.assertAllEqual(x, y)  # deterministic, so the same on every replica
+            s1 = grads[n][0].astype(np.float64).sum(0)
+            for out in (e, x):
+                self.assertAllClose(
+                    np.sort((out / s1).ravel()), np.sort((p / s1).ravel()), rtol=1e-4
+                )
+            self.assertFalse(np.allclose(e, p), n)
+
+    def test_variance_reduce_hands_each_variable_its_own_factor(self):
+        seen = []
+
+        def record(factor, j):
+            seen.append((j, tuple(factor.shape.as_list())))
+            return factor
+
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            a, b = tf.Variable(tf.zeros([3, 2])), tf.Variable(tf.zeros([5]))
+            state = gsnr.VRGDState(
+                lambda kind, i, shape, ref_var: tf.Variable(tf.zeros(shape)), id, 0.0
+            )
+            state.add_variables([a, b])
+
+        def fn():
+            g = [tf.ones([3, 2]), tf.ones([5])]
+            return gsnr.variance_reduce(
+                g, [a, b], gamma=0.1, beta_3=0.0, state=state, transform_factor=record
+            )
+
+        strategy.run(fn)
+        self.assertEqual(sorted(set(seen)), [(0, (6,)), (1, (5,))])
+
+
+if __name__ == "__main__":
+    tf.test.main()
