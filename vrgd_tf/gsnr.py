@@ -317,13 +317,13 @@ def gsnr_factors_flat(
       ``||factor * s1|| / ||s1||``: no smoothing here).
     """
     factor, _, make_statistics = _factors(
-        s1, s2, sizes, num_replicas, gamma, noise_rtol(validate_squares_dtype(squares_dtype))
+        s1, s2, sizes, num_replicas, gamma, rtol=noise_rtol(validate_squares_dtype(squares_dtype))
     )
     return factor, make_statistics(factor)
 
 
 def _factors(
-    s1, s2, sizes, num_replicas, gamma, stat_sizes=None, rtol=NOISE_RTOL
+    s1, s2, sizes, num_replicas, gamma, *, stat_sizes=None, rtol=NOISE_RTOL
 ) -> Tuple[tf.Tensor, tf.Tensor, Callable[..., tf.Tensor]]:
     """:func:`gsnr_factors_flat`, with the diagnostics as a callable (for a ``tf.cond``).
     Needs ``s1`` finite (the callers record only steps with a finite ``s1``).
@@ -711,7 +711,7 @@ def variance_reduce(
         s2 = tf.concat([s2] + [r.s2 for r in rows], 0)
     sparse_sums = iter(sparse_sums)
     factor, num_defined, make_statistics = _factors(
-        s1, s2, sizes, k, gamma, stat_sizes, noise_rtol(squares_dtype)
+        s1, s2, sizes, k, gamma, stat_sizes=stat_sizes, rtol=noise_rtol(squares_dtype)
     )
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
