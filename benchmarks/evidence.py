@@ -41,6 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # This checkout's vrgd_tf first, whatever copy is installed.
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import evidence_stats as es  # noqa: E402
+
 FLAGS = flags.FLAGS
 PHASES = ("mechanistic", "tune", "final", "controls", "paper")
 flags.DEFINE_list("phases", ["tune", "final", "controls", "paper"], f"Subset of {PHASES}.")
@@ -94,10 +96,6 @@ def save_phase(phase, obj):
     obj["command"] = benchlib.command_line()
     obj["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     benchlib.write_json(os.path.join(out_dir(), f"{phase}.json"), obj)
-
-
-def run_key(pair, side, batch, lr, seed):
-    return f"{pair}/{side}/b{batch}/lr{lr:.6g}/s{seed}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,43 +274,6 @@ def shuffle_transform(seed_var, step_var):
 # --------------------------------------------------------------------------------------------
 
 
-def grid(center, exponents):
-    return [float(f"{center * 2.0**e:.6g}") for e in exponents]
-
-
-def mean_val(runs, pair, side, batch, lr, seeds):
-    vals = []
-    for s in seeds:
-        r = runs.get(run_key(pair, side, batch, lr, s))
-        if r is None:
-            return None
-        v = r["final"]["val_acc"]
-        vals.append(v if math.isfinite(v) else 0.0)
-    return sum(vals) / len(vals)
-
-
-def tune_grid(runs, pair, batch, center, seeds):
-    """The grid of (pair, batch) after the edge extensions the finished runs call for, and
-    each side's best rate (None while a run of the grid is missing)."""
-    exps = [int(e) for e in FLAGS.grid_exponents]
-    for attempt in range(FLAGS.max_extensions + 1):
-        rates = grid(center, exps)
-        best = {}
-        for side in ("base", "vr"):
-            means = [mean_val(runs, pair, side, batch, lr, seeds) for lr in rates]
-            if any(m is None for m in means):
-                return rates, None
-            best[side] = max(range(len(rates)), key=lambda i: means[i])
-        chosen = {side: rates[i] for side, i in best.items()}
-        if attempt == FLAGS.max_extensions:
-            return rates, chosen
-        low = any(b == 0 for b in best.values())
-        high = any(b == len(rates) - 1 for b in best.values())
-        if not (low or high):
-            return rates, chosen
-        exps = ([exps[0] - 1] if low else []) + exps + ([exps[-1] + 1] if high else [])
-
-
 def phase_tune(runner, pair, state):
     """Runs the missing tuning runs; returns {batch: {side: best lr}} (partial if cut)."""
     runs = state["runs"]
@@ -322,14 +283,22 @@ def phase_tune(runner, pair, state):
     plan = [(FLAGS.small_batch, float(center[pair]))]
     for batch, c in plan:
         while True:
-            rates, chosen = tune_grid(runs, pair, batch, c, seeds)
+            rates, chosen = es.tune_grid(
+                runs,
+                pair,
+                batch,
+                c,
+                seeds,
+                exponents=[int(e) for e in FLAGS.grid_exponents],
+                max_extensions=FLAGS.max_extensions,
+            )
             state.setdefault("grids", {})[f"{pair}/b{batch}"] = rates
             if chosen is not None:
                 break
             for seed in seeds:
                 for lr in rates:
                     for side in ("base", "vr"):
-                        key = run_key(pair, side, batch, lr, seed)
+                        key = es.run_key(pair, side, batch, lr, seed)
                         if key in runs:
                             continue
                         logging.info("tune %s", key)
@@ -366,7 +335,7 @@ def tuned(pair):
 def run_list(runner, phase, state, specs):
     runs = state["runs"]
     for pair, side, batch, lr, seed, shuffled in specs:
-        key = run_key(pair, "vr_shuffled" if shuffled else side, batch, lr, seed)
+        key = es.run_key(pair, "vr_shuffled" if shuffled else side, batch, lr, seed)
         if key in runs:
             continue
         logging.info("%s %s", phase, key)

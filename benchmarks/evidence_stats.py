@@ -19,6 +19,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "run_key",
+    "tune_grid",
     "MARGIN_PP",
     "VERDICTS",
     "paired_summary",
@@ -233,3 +235,66 @@ def gap_at_loss(train_loss: Sequence[float], gap: Sequence[float], loss: float):
             w = (tl[i - 1] - loss) / (tl[i - 1] - v)
             return float(gap[i - 1] + w * (gap[i] - gap[i - 1]))
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning grid (protocol: 6 rates spaced x2; a best rate at an edge extends both sides' grid)
+# --------------------------------------------------------------------------------------------
+
+
+def run_key(pair: str, side: str, batch: int, lr: float, seed: int) -> str:
+    """The key of one run in a phase JSON's ``runs``, e.g. ``momentum/vr/b256/lr0.05/s1000``."""
+    return f"{pair}/{side}/b{batch}/lr{lr:.6g}/s{seed}"
+
+
+def _grid(center, exponents):
+    return [float(f"{center * 2.0**e:.6g}") for e in exponents]
+
+
+def _mean_val(runs, pair, side, batch, lr, seeds):
+    """Mean final validation accuracy over ``seeds`` (a non-finite one counts 0), or None
+    while a run is missing."""
+    vals = []
+    for s in seeds:
+        r = runs.get(run_key(pair, side, batch, lr, s))
+        if r is None:
+            return None
+        v = r["final"]["val_acc"]
+        vals.append(v if math.isfinite(v) else 0.0)
+    return sum(vals) / len(vals)
+
+
+def tune_grid(runs, pair, batch, center, seeds, *, exponents=range(-2, 4), max_extensions=3):
+    """The grid of (pair, batch) after the edge extensions the finished runs call for, and
+    each side's best rate.
+
+    Args:
+      runs: ``{run_key: {"final": {"val_acc": float}}}`` of the finished tuning runs.
+      pair, batch: which grid.
+      center: float > 0; the grid is ``center * 2**e`` for ``e`` in ``exponents``.
+      seeds: the tuning seeds; a rate's score is its mean validation accuracy over them.
+      exponents: ints, increasing.
+      max_extensions: int >= 0, how often a best rate at an edge may extend the grid (by
+        one rate on that side, for both sides of the comparison).
+
+    Returns:
+      ``(rates, chosen)``: the grid's rates, and ``{"base": lr, "vr": lr}``, or None while a
+      run of the grid is missing.
+    """
+    exps = [int(e) for e in exponents]
+    for attempt in range(max_extensions + 1):
+        rates = _grid(center, exps)
+        best = {}
+        for side in ("base", "vr"):
+            means = [_mean_val(runs, pair, side, batch, lr, seeds) for lr in rates]
+            if any(m is None for m in means):
+                return rates, None
+            best[side] = max(range(len(rates)), key=lambda i: means[i])
+        chosen = {side: rates[i] for side, i in best.items()}
+        if attempt == max_extensions:
+            return rates, chosen
+        low = any(b == 0 for b in best.values())
+        high = any(b == len(rates) - 1 for b in best.values())
+        if not (low or high):
+            return rates, chosen
+        exps = ([exps[0] - 1] if low else []) + exps + ([exps[-1] + 1] if high else [])

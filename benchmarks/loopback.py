@@ -41,7 +41,6 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,6 +48,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from vrgd_tf import devices  # noqa: E402
 
 import benchlib  # noqa: E402 (imports TensorFlow, runs no op)
 
@@ -345,16 +346,6 @@ def _kill_children():
 atexit.register(_kill_children)
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _pass_through(args):
     out = [
         f"--steps={args.steps}",
@@ -377,7 +368,7 @@ def run_pair(args, model, collective, log, workers=2):
       RuntimeError: a worker failed or the deadline (``args.timeout`` + 120 s) passed; both
         workers are killed either way.
     """
-    addrs = [f"127.0.0.1:{p}" for p in _free_ports(workers)]
+    addrs = devices.local_worker_addresses(workers)
     repo = os.path.dirname(HERE)
     procs = []
     for i in range(workers):

@@ -111,16 +111,8 @@ if __name__ == "__main__":
 
 
 class TuneGridTest(tf.test.TestCase):
-    """benchmarks/evidence.py: a best rate at a grid edge extends both sides' grids."""
-
-    def setUp(self):
-        super().setUp()
-        import evidence
-        from absl import flags
-
-        if not flags.FLAGS.is_parsed():
-            flags.FLAGS.mark_as_parsed()
-        self.ev = evidence
+    """evidence_stats.tune_grid (benchmarks/evidence.py's tuning phase): a best rate at a grid
+    edge extends both sides' grids."""
 
     def _runs(self, accs, batch=256, seeds=(1000, 1001)):
         """accs: {side: {lr: val_acc}} -> the runs dict of tune.json."""
@@ -128,7 +120,7 @@ class TuneGridTest(tf.test.TestCase):
         for side, per in accs.items():
             for lr, acc in per.items():
                 for s in seeds:
-                    key = self.ev.run_key("momentum", side, batch, lr, s)
+                    key = es.run_key("momentum", side, batch, lr, s)
                     runs[key] = {"final": {"val_acc": acc}}
         return runs
 
@@ -136,25 +128,25 @@ class TuneGridTest(tf.test.TestCase):
         grid = [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]
         acc = {lr: 80.0 + i for i, lr in enumerate(grid)}  # best at the top edge
         runs = self._runs({"base": acc, "vr": {lr: 85.0 - i for i, lr in enumerate(grid)}})
-        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        rates, chosen = es.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
         # Base's best is at the top edge, VR's at the bottom: one value added on each.
         self.assertEqual(rates, [0.00625] + grid + [0.8])
         self.assertIsNone(chosen)  # their runs are missing
         runs.update(self._runs({"base": {0.00625: 50.0, 0.8: 90.0}, "vr": {0.00625: 84.0}}))
         runs.update(self._runs({"vr": {0.8: 60.0}}))
-        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        rates, chosen = es.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
         # VR's best 0.0125 is interior now; base's best 0.8 is the new top edge: extend.
         self.assertEqual(rates, [0.00625] + grid + [0.8, 1.6])
         self.assertIsNone(chosen)
         runs.update(self._runs({"base": {1.6: 10.0}, "vr": {1.6: 10.0}}))
-        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        rates, chosen = es.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
         self.assertEqual(chosen, {"base": 0.8, "vr": 0.0125})
         self.assertLen(rates, 9)
 
     def test_missing_seed_means_not_done(self):
         grid = [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]
         runs = self._runs({"base": dict.fromkeys(grid, 80.0), "vr": dict.fromkeys(grid, 80.0)})
-        del runs[self.ev.run_key("momentum", "vr", 256, 0.1, 1001)]
-        rates, chosen = self.ev.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
+        del runs[es.run_key("momentum", "vr", 256, 0.1, 1001)]
+        rates, chosen = es.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
         self.assertEqual(rates, grid)
         self.assertIsNone(chosen)

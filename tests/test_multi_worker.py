@@ -3,7 +3,6 @@ VRGDLamb and agree with the NumPy reference and with each other."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -11,20 +10,12 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from vrgd_tf import devices
+
 import numpy_reference as ref
 import util
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class MultiWorkerTest(tf.test.TestCase):
@@ -39,7 +30,7 @@ class MultiWorkerTest(tf.test.TestCase):
         tmp = tempfile.mkdtemp()
         np.save(os.path.join(tmp, "g.npy"), grads)
         np.save(os.path.join(tmp, "w.npy"), init)
-        workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
+        workers = devices.local_worker_addresses(2)
         procs = []
         for i in range(2):
             env = dict(

@@ -116,12 +116,15 @@ class FakeReplicaContext:
         ]
 
     def all_reduce(self, op, value):
+        """The dense path's two calls (:func:`gsnr.sum_with_squares`): first ``[x]`` with the
+        IndexedSlices, then the squares ``x**2`` alone."""
         assert op == tf.distribute.ReduceOp.SUM
-        packed, summed = value  # dense path: [x, x**2] and the IndexedSlices
         dense = [densify(*g).ravel() for g in self.others]
-        extra = sum(np.concatenate([d, d * d]) for d in dense)
+        if not isinstance(value, (list, tuple)):  # the squares
+            return value + tf.constant(sum(d * d for d in dense))
+        packed, summed = value
         total = tf.convert_to_tensor(summed) + tf.constant(sum(densify(*g) for g in self.others))
-        return [packed + tf.constant(extra), total]
+        return [packed + tf.constant(sum(dense)), total]
 
 
 def replica_gradients(k, seed=0, m=6):

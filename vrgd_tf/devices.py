@@ -11,7 +11,7 @@ from typing import List
 
 import tensorflow as tf
 
-__all__ = ["split_cpu", "cpu_strategy"]
+__all__ = ["split_cpu", "cpu_strategy", "local_worker_addresses"]
 
 
 def split_cpu(num_devices: int, *, argument: str = "num_devices") -> List[str]:
@@ -81,3 +81,30 @@ def cpu_strategy(
         split_cpu(num_replicas, argument=argument),
         cross_device_ops=tf.distribute.ReductionToOneDevice(),
     )
+
+
+def local_worker_addresses(num_workers: int) -> List[str]:
+    """``num_workers`` distinct ``"127.0.0.1:<port>"`` addresses with ports free right now.
+
+    For a ``TF_CONFIG`` cluster of ``MultiWorkerMirroredStrategy`` worker processes on this
+    machine (tests, benchmarks): each port is bound by the OS (port 0) and released, so a
+    worker started soon after can take it.
+
+    Args:
+      num_workers: int >= 1.
+
+    Raises:
+      ValueError: ``num_workers`` is not an int >= 1.
+    """
+    import socket
+
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"`num_workers` must be an int >= 1; got {num_workers!r}.")
+    socks = [socket.socket() for _ in range(num_workers)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
+    finally:
+        for s in socks:
+            s.close()
