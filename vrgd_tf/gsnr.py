@@ -11,7 +11,7 @@ eq. 2. The project's specification is ``docs/spec.md``.
 
 Per trainable variable, with ``x_d`` the gradient that replica ``d`` of ``k`` hands the
 optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for some unknown
-``c``) and one all-reduce of ``[x, x * x]`` giving ``S1 = sum_d x_d`` and ``S2 = sum_d x_d**2``:
+``c``) and all-reduces (SUM) of ``x`` and of ``x * x`` giving ``S1 = sum_d x_d`` and ``S2 = sum_d x_d**2``:
 
     mean    m   = S1 / k
     var     s2  = S2 / k - m**2                       (biased, over replicas, element-wise)
