@@ -365,13 +365,24 @@ def _factors(
         applied_sum = _sum_per_variable(applied, sizes)
         if extra is not None:
             at_one_sum, applied_sum = at_one_sum + extra[:, 0], applied_sum + extra[:, 1]
-        # ||applied * S1|| / ||S1|| per variable; S1 is first divided by its largest
-        # magnitude in the variable (a scale that cancels), so the squares cannot overflow.
-        # A sparse variable's untouched rows have S1 = 0 and add nothing to either norm.
-        peak = tf.stack([tf.reduce_max(tf.abs(part)) for part in tf.split(s1, list(sizes))])
-        scaled = s1 / _per_element(tf.where(peak > 0.0, peak, 1.0), sizes)
-        plain = _sum_per_variable(tf.square(scaled), sizes)
-        reduced = _sum_per_variable(tf.square(applied * scaled), sizes)
+
+        # ||applied * S1|| / ||S1|| per variable, from signal = S1**2 / k (k cancels): two
+        # passes. Only if a sum overflows (|S1| above ~1e19) is S1 first divided by its
+        # largest magnitude in the variable (a scale that cancels). A sparse variable's
+        # untouched rows have S1 = 0 and add nothing to either norm.
+        def scaled_sums():
+            peak = tf.stack([tf.reduce_max(tf.abs(part)) for part in tf.split(s1, list(sizes))])
+            scaled = s1 / _per_element(tf.where(peak > 0.0, peak, 1.0), sizes)
+            return (
+                _sum_per_variable(tf.square(scaled), sizes),
+                _sum_per_variable(tf.square(applied * scaled), sizes),
+            )
+
+        plain = _sum_per_variable(signal, sizes)
+        reduced = _sum_per_variable(tf.square(applied) * signal, sizes)
+        plain, reduced = tf.cond(
+            tf.reduce_all(tf.math.is_finite(plain)), lambda: (plain, reduced), scaled_sums
+        )
         norm_ratio = tf.where(
             plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0
         )

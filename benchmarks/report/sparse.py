@@ -80,6 +80,37 @@ def render(ctx, lines):
                     f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
                     f"{pr['max']:.3f}) |"
                 )
+    _remeasured(sp.get("remeasured", []), label, lines)
     for err in sp.get("bert_errors", []):
         lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
     lines.append("")
+
+
+def _remeasured(runs, label, lines):
+    """Later runs of the same rows (``remeasured``: label, command, timing, memory), so that
+    the spread between runs on this shared machine is in the report."""
+    if not runs:
+        return
+    lines += [
+        "",
+        "Re-measured later, same command (BERT-tiny rows only); the spread between runs is "
+        "the machine's, not the code's:",
+        "",
+        "| run | variant | step ms (median) | ratio median (min / max) | peak ratio median |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for run in runs:
+        peaks = {
+            v: r["peak_ratio"]["median"]
+            for m in run.get("memory", [])
+            for v, r in m.items()
+            if isinstance(r, dict) and "peak_ratio" in r
+        }
+        for e in run["timing"]:
+            for v, r in e["ratio"].items():
+                peak = f"{peaks[v]:.3f}" if v in peaks else ""
+                lines.append(
+                    f"| {run['label']} | {label.get(v, v)} | {e['step_ms'][v]['median']:.1f} | "
+                    f"{r['median']:.3f} ({r['min']:.3f} / {r['max']:.3f}) | {peak} |"
+                )
+    lines += ["", "Commands: " + "; ".join(f"`{run['command']}`" for run in runs) + "."]
