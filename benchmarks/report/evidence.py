@@ -513,10 +513,14 @@ def _mechanistic(mech, lines):
 
 def render(ctx, lines):
     """Appends the section for ``ctx`` (:class:`report.common.Context`) to ``lines``; the
-    phase JSONs are read from ``benchmarks/results/evidence/``."""
+    phase JSONs are read from ``benchmarks/results/evidence/`` (``evidence_quick/`` with
+    ``--quick``, and no section if that does not exist)."""
     from report.common import RESULTS
 
-    lines.append(section(os.path.join(RESULTS, "evidence"), ctx.img_dir, ctx.img_rel))
+    results_dir = os.path.join(RESULTS, "evidence_quick" if ctx.quick else "evidence")
+    if ctx.quick and not os.path.isdir(results_dir):
+        return  # `evidence.py --quick` was not run: no section in the quick report
+    lines.append(section(results_dir, ctx.img_dir, ctx.img_rel))
 
 
 def section(results_dir, images_dir, images_rel):

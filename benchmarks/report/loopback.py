@@ -16,7 +16,9 @@ flags.DEFINE_string("bf16_factors", None, "bfloat16-squares factor JSON (bf16_fa
 
 def render(ctx, lines):
     lb = ctx.result("loopback") if flags.FLAGS.loopback is None else load(flags.FLAGS.loopback)
-    bf = load(flags.FLAGS.bf16_factors or os.path.join(RESULTS, "bf16_factors.json"))
+    bf = None
+    if flags.FLAGS.bf16_factors or not ctx.quick:  # one full run only; not in the quick report
+        bf = load(flags.FLAGS.bf16_factors or os.path.join(RESULTS, "bf16_factors.json"))
     loopback_section(lb, bf, lines, ctx.readme_lines)
     ctx.readme_lines.append(
         "- Cost model (bytes and element-wise work per step): [docs/cost_model.md]"
