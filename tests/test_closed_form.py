@@ -137,6 +137,16 @@ class GsnrFunctionsTest(tf.test.TestCase):
         expected = np.sqrt((4.5 + 0.25 * (3.0 / 19.0) ** 2) / 4.75)
         self.assertAllClose(stats.norm_ratio, expected, rtol=1e-5)
 
+    def test_norm_ratio_tiny_gradients_do_not_underflow(self):
+        """S1 = (3e-25, 4e-25): S1**2 underflows float32, but the ratio does not depend on
+        the scale. With the applied factor (0.5, 1) (as after factor momentum),
+        norm_ratio**2 = (0.25 * 9 + 16) / 25 = 0.73, norm_ratio = 0.8544; it read 1 (the
+        S1 = 0 case) when the norms were taken from the underflowed squares."""
+        s1 = tf.constant([3e-25, 4e-25])
+        _, _, make_statistics = gsnr._factors(s1, tf.zeros([2]), [2], 2, 0.1)
+        stats = make_statistics(tf.constant([0.5, 1.0]))
+        self.assertAllClose(stats[0, gsnr.STATISTICS_FIELDS.index("norm_ratio")], 0.73**0.5)
+
     def test_smooth_factor_bias_correction_three_steps(self):
         """beta_3 = 0.5; element A gets the factors 1, 1, 1 and element B 0.2, 1, 0.4.
 

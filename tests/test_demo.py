@@ -231,3 +231,21 @@ class DemoConfigValidationTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class DemoHelpTest(tf.test.TestCase):
+    def test_help_lists_the_demo_flags_when_run_with_python_m(self):
+        """`python -m` makes the demo's module `__main__`, whose flags absl's help left out:
+        --help, --helpshort and --helpfull listed none of them."""
+        import subprocess
+        import sys
+
+        out = subprocess.run(
+            [sys.executable, "-m", "vrgd_tf.demo.digits_large_batch", "--helpshort"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        ).stdout
+        for name in ("--epochs", "--global_batch", "--gamma", "--output_dir"):
+            self.assertIn(name, out)

@@ -373,6 +373,15 @@ class AggregatorTest(tf.test.TestCase):
         with self.assertRaisesRegex(TypeError, "statistics_interval"):
             vrgd_tf.GSNRAggregator(statistics_interval=0.5)
 
+    def test_grads_and_variables_of_different_lengths_are_refused(self):
+        """zip() used to drop the extra items without a word."""
+        agg = vrgd_tf.GSNRAggregator()
+        variables = [tf.Variable(tf.ones([2])), tf.Variable(tf.ones([3]))]
+        strategy = util.strategy_for(2)
+        for grads in ([tf.ones([2])], [tf.ones([2]), tf.ones([3]), tf.ones([3])]):
+            with self.assertRaisesRegex(ValueError, "same length.*variables"):
+                strategy.run(lambda g=grads: agg(g, variables))
+
 
 if __name__ == "__main__":
     tf.test.main()

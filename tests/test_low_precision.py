@@ -264,3 +264,50 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class Float64Test(tf.test.TestCase, parameterized.TestCase):
+    """float64 variables: S1 is summed in float64, so gamma = 1 is the base bit for bit, and a
+    finite gradient beyond float32's range stays finite (it became NaN when S1 was packed in
+    float32)."""
+
+    @parameterized.parameters("keras", "tf_keras")
+    def test_gamma_one_is_the_base_and_huge_gradients_stay_finite(self, family):
+        if family == "tf_keras":
+            util.skip_without_tf_keras(self)
+        rng = np.random.RandomState(0)
+        for grads in (rng.randn(2, 4), np.array([[0.5, 1e40], [0.25, -3e40]])):
+            got = []
+            for vr in (False, True):
+                strategy = util.strategy_for(2)
+                with strategy.scope():
+                    if family == "keras":
+                        var = keras.Variable(np.ones(grads.shape[1]), dtype="float64", name="w")
+                        opt = (
+                            k3.VRGDSGD(0.1, gamma=1.0, beta_3=0.0)
+                            if vr
+                            else keras.optimizers.SGD(0.1)
+                        )
+                        opt.build([var])
+                    else:
+                        import tf_keras
+
+                        var = tf.Variable(np.ones(grads.shape[1]), dtype=tf.float64, name="w")
+                        opt = (
+                            vtk.VRGDSGD(0.1, gamma=1.0, beta_3=0.0)
+                            if vr
+                            else tf_keras.optimizers.SGD(0.1)
+                        )
+
+                @tf.function
+                def step(g):
+                    strategy.run(lambda g: opt.apply_gradients([(g, var)]), args=(g,))
+
+                step(
+                    strategy.experimental_distribute_values_from_function(
+                        lambda c: tf.constant(grads[c.replica_id_in_sync_group], tf.float64)
+                    )
+                )
+                got.append(var.numpy())
+            self.assertTrue(np.all(np.isfinite(got[1])))
+            self.assertAllEqual(got[1], got[0])

@@ -216,6 +216,34 @@ class LossScaleOneReplicaOverflowsTest(tf.test.TestCase):
             for got, want in zip(util.replica_values(v), state[v.path]):
                 self.assertAllEqual(got, want, msg=v.path)
 
+    def test_nan_in_a_repeated_sparse_row_skips_the_step(self):
+        """Replica 1's embedding gradient holds a NaN in a row whose index repeats (a token
+        seen twice). Keras' own finiteness test densifies the boolean rows by summing them
+        and read that as finite: the step was applied, the weights became NaN and the scale
+        stayed. Now the step is skipped on every replica and the scale halves."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            w = keras.Variable(np.ones((6, 2), np.float32), name="emb")
+            inner = vrgd_tf.VRGDSGD(0.1)
+            opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=8.0)
+            opt.build([w])
+        indices = tf.constant([[1, 4], [3, 3]])
+        values = tf.constant([[[1.0, 2.0], [0.5, -1.0]], [[np.nan, 1.0], [2.0, 0.5]]])
+
+        @tf.function
+        def step():
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                g = tf.IndexedSlices(values[rid], indices[rid], tf.constant([6, 2]))
+                opt.apply([g], [w])
+
+            strategy.run(fn)
+
+        step()
+        self.assertAllEqual(w.numpy(), np.ones((6, 2)))
+        self.assertEqual(float(opt.dynamic_scale.numpy()), 4.0)
+        self.assertEqual(int(inner.iterations.numpy()), 0)
+
 
 class StrategyCombinationsTest(tf.test.TestCase):
     """Keras 3 options that cannot run under a strategy fail at construction, by name."""

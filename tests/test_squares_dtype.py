@@ -314,3 +314,41 @@ class FactorTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class SparseRowsThresholdTest(tf.test.TestCase):
+    """The sparse path gathers float32 rows whatever ``squares_dtype``: their noise threshold
+    stays float32's. With the bfloat16 threshold, rows whose GSNR is above ~127 (k = 2) had
+    factor 1 and were left out of the mean, so the same sparse gradient stepped differently
+    with ``squares_dtype="bfloat16"``."""
+
+    def test_sparse_step_is_the_same_with_bfloat16_squares(self):
+        rng = np.random.RandomState(3)
+        base = rng.randn(3, 3).astype(np.float32)
+        vals = [base + 0.03 * rng.randn(3, 3).astype(np.float32) for _ in range(2)]
+        vals[0][0] = rng.randn(3)
+        got = {}
+        for sd in ("float32", "bfloat16"):
+            strategy = util.strategy_for(2)
+            with strategy.scope():
+                var = keras.Variable(np.ones((12, 3), np.float32), name="emb")
+                opt = vrgd_tf.VRGDSGD(0.1, squares_dtype=sd)
+                opt.build([var])
+
+            @tf.function
+            def step(v):
+                def fn(v):
+                    g = tf.IndexedSlices(v, tf.constant([1, 2, 3]), tf.constant([12, 3]))
+                    opt.apply_gradients([(g, var)])
+
+                strategy.run(fn, args=(v,))
+
+            step(
+                strategy.experimental_distribute_values_from_function(
+                    lambda c: tf.constant(vals[c.replica_id_in_sync_group])
+                )
+            )
+            got[sd] = (var.numpy(), list(opt.vrgd_statistics().values())[0])
+        self.assertAllEqual(got["bfloat16"][0], got["float32"][0])
+        self.assertEqual(got["bfloat16"][1], got["float32"][1])
+        self.assertLess(got["float32"][1]["frac_at_one"], 1.0)

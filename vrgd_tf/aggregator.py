@@ -201,13 +201,20 @@ class GSNRAggregator(tf.Module):
         Raises:
           RuntimeError: in a cross-replica context, or on a first call inside a
             ``tf.function`` under a multi-replica strategy before :meth:`build`.
-          ValueError: see :func:`vrgd_tf.gsnr.variance_reduce`.
+          ValueError: ``grads`` and ``variables`` of different lengths; see also
+            :func:`vrgd_tf.gsnr.variance_reduce`.
         """
         ctx = replica_context or tf.distribute.get_replica_context()
         if ctx is None:
             raise RuntimeError(
                 f"{self._owner}: the GSNR step must run in a replica context "
                 "(inside `strategy.run` or `model.fit`)."
+            )
+        grads, variables = list(grads), list(variables)
+        if len(grads) != len(variables):
+            raise ValueError(
+                f"{self._owner}: `grads` and `variables` must have the same length; got "
+                f"{len(grads)} gradients for {len(variables)} variables."
             )
         pairs = list(zip(grads, variables))
         present = [i for i, (g, _) in enumerate(pairs) if g is not None]
@@ -297,7 +304,9 @@ class GSNRAggregator(tf.Module):
             "inert",
             "%s: in a step with %s GSNR samples (replicas x micro-batch groups) no "
             "variable had a defined GSNR: every replica sent the same (or an all-zero) "
-            "gradient, so VRGD stepped exactly as its base optimizer. This happens when "
+            "gradient, or the gradients were too small for their squares in float32 "
+            "(|g| below ~1e-19; scale the loss up), so VRGD stepped exactly as its base "
+            "optimizer. The first happens when "
             "every replica gets the same batch, e.g. Keras `model.train_on_batch` under a "
             "tf.distribute strategy, or a custom loop that hands the same tensor to every "
             "replica. Feed each replica its own shard: `model.fit` on a dataset, or "

@@ -61,7 +61,8 @@ summed per row of their union, and the GSNR computed there. Untouched rows have 
 GSNR on the dense form too (factor 1, out of ``mean(r)``), so nothing of the variable's
 dense shape is formed; with ``beta_3 > 0`` their deficit decays by ``beta_3`` in place
 (``d_t = beta_3 d_{t-1}``, as a factor of 1 gives), the touched rows are scattered. The
-gathered rows and squares are float32 whatever ``squares_dtype``.
+gathered rows and squares are float32 whatever ``squares_dtype``, and so is their noise
+threshold (:data:`NOISE_RTOL`).
 """
 
 import dataclasses
@@ -367,9 +368,10 @@ def _factors(
             at_one_sum, applied_sum = at_one_sum + extra[:, 0], applied_sum + extra[:, 1]
 
         # ||applied * S1|| / ||S1|| per variable, from signal = S1**2 / k (k cancels): two
-        # passes. Only if a sum overflows (|S1| above ~1e19) is S1 first divided by its
-        # largest magnitude in the variable (a scale that cancels). A sparse variable's
-        # untouched rows have S1 = 0 and add nothing to either norm.
+        # passes. Only if a sum overflows (|S1| above ~1e19) or is below 1e-30 (it may have
+        # underflowed: |S1| below ~1e-19, or S1 = 0) is S1 first divided by its largest
+        # magnitude in the variable (a scale that cancels). A sparse variable's untouched
+        # rows have S1 = 0 and add nothing to either norm.
         def scaled_sums():
             peak = tf.stack([tf.reduce_max(tf.abs(part)) for part in tf.split(s1, list(sizes))])
             scaled = s1 / _per_element(tf.where(peak > 0.0, peak, 1.0), sizes)
@@ -381,7 +383,9 @@ def _factors(
         plain = _sum_per_variable(signal, sizes)
         reduced = _sum_per_variable(tf.square(applied) * signal, sizes)
         plain, reduced = tf.cond(
-            tf.reduce_all(tf.math.is_finite(plain)), lambda: (plain, reduced), scaled_sums
+            tf.reduce_all(tf.math.is_finite(plain) & (plain > 1e-30)),
+            lambda: (plain, reduced),
+            scaled_sums,
         )
         norm_ratio = tf.where(
             plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0
@@ -721,8 +725,13 @@ def variance_reduce(
         s1 = tf.concat([s1] + [r.s1 for r in rows], 0)
         s2 = tf.concat([s2] + [r.s2 for r in rows], 0)
     sparse_sums = iter(sparse_sums)
+    rtol = noise_rtol(squares_dtype)
+    if rows and squares_dtype != "float32":  # the gathered rows are float32: their threshold
+        rtol = _per_element(
+            tf.constant([rtol] * (len(sizes) - len(rows)) + [NOISE_RTOL] * len(rows)), sizes
+        )
     factor, num_defined, make_statistics = _factors(
-        s1, s2, sizes, k, gamma, stat_sizes=stat_sizes, rtol=noise_rtol(squares_dtype)
+        s1, s2, sizes, k, gamma, stat_sizes=stat_sizes, rtol=rtol
     )
 
     # A step with a non-finite gradient is skipped by the loss-scale optimizers; the same
@@ -785,10 +794,26 @@ def variance_reduce(
 
     out = [None] * n
     factors, s1_parts = tf.split(factor, sizes), tf.split(s1, sizes)
-    for pos, g, d, f, part in zip(dense_at, [grads[i] for i in dense_at], dense, factors, s1_parts):
+    # float64 gradients are also summed in float64, so that S1 is exactly the base's sum (a
+    # finite float64 value beyond float32's range stays finite); the factor comes from the
+    # float32 statistics.
+    wide = [
+        i
+        for i, (g, d) in enumerate(zip([grads[j] for j in dense_at], dense))
+        if not isinstance(g, tf.IndexedSlices) and d.dtype == tf.float64
+    ]
+    wide_sums = {}
+    if wide:
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [dense[i] for i in wide])
+        wide_sums = dict(zip(wide, reduced))
+    for i, (pos, g, d, f, part) in enumerate(
+        zip(dense_at, [grads[j] for j in dense_at], dense, factors, s1_parts)
+    ):
         f = tf.reshape(f, tf.shape(d))
         if isinstance(g, tf.IndexedSlices):
             out[pos] = _scale_rows(next(sparse_sums), f)
+        elif i in wide_sums:
+            out[pos] = tf.cast(f, tf.float64) * wide_sums[i]
         else:
             out[pos] = tf.cast(f * tf.reshape(part, tf.shape(d)), d.dtype)
     for pos, r, f in zip(sparse_at, rows, factors[num_dense:]):

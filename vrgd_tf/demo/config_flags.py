@@ -10,6 +10,7 @@ validates it, so a bad command line fails while the flags are parsed
 import dataclasses
 import math
 import numbers
+import sys
 from typing import Type
 
 from absl import flags
@@ -73,6 +74,8 @@ def define_flags(config_cls: Type) -> None:
     """
     fields = {f.name: f.default for f in dataclasses.fields(config_cls)}
     module = config_cls.__module__  # The flags belong to it (e.g. in --helpshort).
+    if module == "__main__":  # `python -m ...`: absl's help lists the main module by its path
+        module = sys.argv[0]
     for f in dataclasses.fields(config_cls):
         if isinstance(f.default, tuple):
             default = [str(v) for v in f.default]
