@@ -288,6 +288,12 @@ def print_report(results: DemoResults, header: str) -> None:
     the total wall time with the files written."""
     print(f"\n{header}")
     print(format_table(results.rows))
+    print(
+        "gap = train acc - test acc. wall time: the whole run, building and tracing included "
+        "(VRGD's first step traces more); ms/step: median time of a training step from epoch "
+        "2 on. One seed: a few test images (0.2 % each) either way is noise; repeat with "
+        "--seed."
+    )
     for r in results.runs:
         summary = r.statistics_summary()
         if summary and summary["all_weights"]:
