@@ -32,7 +32,7 @@ KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
 
 
-def run_sparse(family, k, make_optimizer, scale=None):
+def run_sparse(family, k, make_optimizer, scale=None, with_optimizer=False):
     """Trains one (10, 2) variable from ones with the four shards spread over k replicas.
 
     Args:
@@ -42,9 +42,10 @@ def run_sparse(family, k, make_optimizer, scale=None):
       make_optimizer: () -> optimizer.
       scale: None, or float32 [STEPS, 10, 2]: multiply each row's values by
         ``scale[step, row]`` before handing them over (the VRGD factor, for the base).
+      with_optimizer: also return the optimizer (its state and diagnostics).
 
     Returns:
-      The variable's value, numpy (10, 2).
+      The variable's value, numpy (10, 2); with ``with_optimizer``, ``(value, optimizer)``.
     """
     strategy = util.strategy_for(k)
     with strategy.scope():
@@ -72,7 +73,7 @@ def run_sparse(family, k, make_optimizer, scale=None):
 
     for i in range(STEPS):
         step(tf.constant(i))
-    return np.array(var.numpy())
+    return (np.array(var.numpy()), opt) if with_optimizer else np.array(var.numpy())
 
 
 def dense_replica_gradients(k):

@@ -6,7 +6,6 @@ what the dense statistics give (the dense path, forced here by patching
 
 from unittest import mock
 
-import keras
 import numpy as np
 import tensorflow as tf
 import test_sparse as ts
@@ -29,32 +28,9 @@ def dense_path():
 
 def run(family, k, make_optimizer):
     """ts.run_sparse, also returning the optimizer's VRGD state and diagnostics."""
-    strategy = util.strategy_for(k)
-    with strategy.scope():
-        init = np.ones(ts.SHAPE, np.float32)
-        var = keras.Variable(init, name="emb") if family == ts.KERAS3 else tf.Variable(init)
-        opt = make_optimizer()
-        if family == ts.KERAS3:
-            opt.build([var])
-    per = 4 // k
-    rows, values = tf.constant(ts.ROWS), tf.constant(ts.VALUES)
-
-    @tf.function
-    def step(i):
-        def fn():
-            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-            shards = tf.range(rid * per, (rid + 1) * per)
-            idx = tf.reshape(tf.gather(rows, shards), [-1])
-            val = tf.reshape(tf.gather(values[i], shards), [-1, ts.SHAPE[1]])
-            opt.apply_gradients([(tf.IndexedSlices(val, idx, tf.constant(ts.SHAPE)), var)])
-
-        strategy.run(fn)
-
-    for i in range(ts.STEPS):
-        step(tf.constant(i))
-    state = opt.vrgd_aggregator.state
-    deficit = [util.replica_values(d) for d in state.deficits]
-    return np.array(var.numpy()), opt.vrgd_statistics(), deficit
+    value, opt = ts.run_sparse(family, k, make_optimizer, with_optimizer=True)
+    deficit = [util.replica_values(d) for d in opt.vrgd_aggregator.state.deficits]
+    return value, opt.vrgd_statistics(), deficit
 
 
 class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
