@@ -614,7 +614,9 @@ def variance_reduce(
     width ``w_i``; :func:`_sparse_statistics`): their statistics are computed on the union of
     the touched rows only, numerically those of their dense form. Otherwise (micro-batch
     groups, indices of unknown length) a sparse gradient is made dense for the statistics and
-    its rows go into the first all-reduce call as the strategy's sparse SUM. It
+    its rows go into the first all-reduce call as the strategy's sparse SUM. float64 dense
+    gradients are also all-reduced in float64 (one more call, only if there are any), so
+    that the output is ``factor * S1`` with ``S1`` exactly the base's sum. It
     computes the factors of all variables at once (:func:`gsnr_factors_flat`), smooths them
     if ``beta_3 > 0`` (:func:`smooth_factor`), records the diagnostics in ``state`` if
     ``record_statistics`` and returns ``u = factor * S1``. If any summed gradient is not
