@@ -114,8 +114,9 @@ def main(argv):
         "reflect per-op overheads more than communication.",
         "",
     ]
-    if headline or headline_ov or bert_headline:
+    if headline or headline_ov or bert_headline or ctx.evidence_headline:
         head += ["## Headline", ""]
+        head += ctx.evidence_headline
         for ds, pair, b, dt, dg, n, _, _ in headline:
             head.append(
                 f"- {ds}, {PAIR_LABEL[pair]}, largest batch {b}: VR − base test "
@@ -147,6 +148,7 @@ def main(argv):
             FLAGS.images_dir,
             (ov or {}).get("memory", []),
             ctx.readme_lines,
+            ctx.evidence_headline,
         )
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
     with open(FLAGS.out_md, "w") as f:

@@ -22,6 +22,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   ``vr_dense`` is what the exact sparse statistics save;
   sq_split        base + the same 8 N bytes as ``sq`` in two float32 all-reduce calls of
                   ``[x]`` and ``[x*x]`` (4 N bytes each): separates bytes from buffer size;
+  vr_beta3_0, vr_nostats_beta3_0
+                  ``vr`` and ``vr_nostats`` with ``beta_3=0``: no factor momentum, so no
+                  per-element state (what the factor state costs in memory);
   sq_bf16, vr_bf16, vr_nostats_bf16
                   the same with ``squares_dtype="bfloat16"``: the squares all-reduced in a
                   second, bfloat16 buffer (6 instead of 8 bytes per parameter).
@@ -39,6 +42,8 @@ VR_VARIANTS = {
     "vr_nostats": {"statistics_interval": 0},
     "vr_bf16": {"squares_dtype": "bfloat16"},
     "vr_nostats_bf16": {"statistics_interval": 0, "squares_dtype": "bfloat16"},
+    "vr_beta3_0": {"beta_3": 0.0},
+    "vr_nostats_beta3_0": {"statistics_interval": 0, "beta_3": 0.0},
 }
 
 

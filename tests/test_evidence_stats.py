@@ -150,3 +150,65 @@ class TuneGridTest(tf.test.TestCase):
         rates, chosen = es.tune_grid(runs, "momentum", 256, 0.05, [1000, 1001])
         self.assertEqual(rates, grid)
         self.assertIsNone(chosen)
+
+
+class HeadlineTest(tf.test.TestCase):
+    """The README/report headline of the evidence section, from hand-made phase files."""
+
+    def _write(self, directory, phase, runs, **extra):
+        import json
+
+        with open(os.path.join(directory, f"{phase}.json"), "w") as f:
+            json.dump({"phase": phase, "runs": runs, **extra}, f)
+
+    def _run(self, side, batch, seed, acc, lr=0.1):
+        return {
+            "pair": "momentum",
+            "side": side,
+            "batch": batch,
+            "seed": seed,
+            "peak_lr": lr,
+            "final": {"test_acc": acc},
+        }
+
+    def test_primary_endpoint_numbers_and_verdict(self):
+        from report import evidence as ev
+
+        d = self.get_temp_dir()
+        self.assertEqual(ev.headline(d), [])  # nothing run: no headline
+        base = [70.0, 71.0, 72.0, 73.0, 74.0, 75.0]
+        deltas = [0.1, -0.2, 0.3, 0.0, 0.2, -0.1]  # mean +0.05, sd 0.1871
+        runs = {}
+        for i, (b, dl) in enumerate(zip(base, deltas)):
+            runs[f"b{i}"] = self._run("base", 4096, i, b, lr=0.05)
+            runs[f"v{i}"] = self._run("vr", 4096, i, b + dl)
+        self._write(d, "final", runs)
+        self._write(d, "tune", {}, best={"momentum/b4096": {"base": 0.05, "vr": 0.1}})
+        lines = ev.headline(d)
+        self.assertLen(lines, 1)
+        # t(0.975, 5) = 2.5706; half width 2.5706 * 0.1871 / sqrt(6) = 0.196
+        self.assertIn("Δ = VR − base +0.05 pp, 95 % CI [-0.15, +0.25]", lines[0])
+        self.assertIn('"equivalent"', lines[0])
+        self.assertIn("(base 0.05, VR 0.1), 6 fresh seed pairs:", lines[0])
+        self.assertIn("base 72.50 ± 1.87 %", lines[0])
+        # two pairs only: still a number, marked partial; controls and paper arm appear
+        runs = {k: v for k, v in runs.items() if v["seed"] < 2}
+        self._write(d, "final", runs)
+        shuffled = {f"s{i}": dict(self._run("vr_shuffled", 4096, i, 60.0 + i)) for i in range(2)}
+        self._write(d, "controls", shuffled)
+        paper = {
+            "pb0": self._run("base", 4096, 0, 10.0, lr=0.8),
+            "pv0": self._run("vr", 4096, 0, 55.0, lr=0.8),
+            "pb1": self._run("base", 4096, 1, 10.0, lr=0.8),
+            "pv1": self._run("vr", 4096, 1, 10.0, lr=0.8),
+        }
+        self._write(d, "paper", paper)
+        lines = ev.headline(d)
+        self.assertIn("(partial: 2 of 6 registered pairs)", lines[0])
+        self.assertIn('"inconclusive"', lines[0])
+        # VR 70.1, 70.8 vs shuffled 60, 61: +9.95
+        self.assertIn("VR − VR-shuffled", lines[1])
+        self.assertIn("+9.95 pp", lines[1])
+        self.assertIn(
+            "rate 0.8), 2 pairs: collapse to < 20 % test accuracy base 2/2, VR 1/2", lines[2]
+        )

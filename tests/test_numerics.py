@@ -108,6 +108,31 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
         np.testing.assert_array_equal(factor.numpy(), 1.0)
         self.assertAllEqual(tf.math.is_finite(stats.stack()), [True] * gsnr.NUM_STATISTICS)
 
+    def test_diagnostics_keep_no_extra_full_size_tensor_alive(self):
+        """The diagnostics run after the smoothing, in a tf.cond: every [N] tensor the
+        branch captures stays alive through it, 4 N bytes per replica at the step's peak.
+        Only S1, the raw and the applied factor may be captured (before: also the signal,
+        the normalised ratio and the use mask, 2.25 N more)."""
+        n = 1000
+        sizes = [600, 400]
+
+        @tf.function
+        def step(s1, s2, applied):
+            _, _, make_statistics = gsnr._factors(s1, s2, sizes, 4, 0.1)
+            return tf.cond(
+                tf.reduce_all(tf.math.is_finite(s1)),
+                lambda: make_statistics(applied),
+                lambda: tf.zeros([2, gsnr.NUM_STATISTICS]),
+            )
+
+        spec = tf.TensorSpec([n], tf.float32)
+        graph = step.get_concrete_function(spec, spec, spec).graph
+        conds = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+        self.assertLen(conds, 1)
+        full = [t for t in conds[0].inputs[1:] if t.shape.as_list() == [n]]
+        self.assertLen(full, 3, [t.op.name for t in full])  # s1, factor, applied
+        self.assertEqual({t.dtype for t in full}, {tf.float32})
+
 
 class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(

@@ -357,11 +357,17 @@ def _factors(
 
     normalised = ratio / _per_element(safe_mean_ratio, sizes)
     use = defined & _per_element(usable, sizes)
-    factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), tf.ones_like(normalised))
+    # A scalar 1.0, not ones_like: no tensor of N ones is made.
+    factor = tf.where(use, tf.clip_by_value(normalised, gamma, 1.0), 1.0)
 
+    # make_statistics reads only s1, the factor and per-variable values, so that nothing
+    # else of size N (signal, normalised, use) stays alive until the diagnostics run: the
+    # caller's smoothing runs in between, and every such tensor costs 4 N bytes per replica
+    # at the step's peak (docs/results.md, BERT-tiny memory by part).
     def make_statistics(applied, extra=None):
         full = sizes if stat_sizes is None else stat_sizes
         size_f = tf.constant(np.maximum(np.asarray(full, np.float32), 1.0))
+        signal = tf.square(s1) * (1.0 / k)  # as above, recomputed
         at_one_sum = _sum_per_variable(tf.cast(factor >= 1.0, tf.float32), sizes)
         applied_sum = _sum_per_variable(applied, sizes)
         if extra is not None:
@@ -390,11 +396,9 @@ def _factors(
         norm_ratio = tf.where(
             plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0
         )
-        at_gamma = (
-            tf.cast(use & (normalised <= gamma), tf.float32)
-            if gamma < 1.0
-            else tf.zeros_like(factor)
-        )
+        # factor <= gamma exactly where use & (normalised <= gamma): the clip gives gamma
+        # there, more than gamma elsewhere and 1 where not used (gamma < 1).
+        at_gamma = tf.cast(factor <= gamma, tf.float32) if gamma < 1.0 else tf.zeros_like(factor)
         return tf.stack(
             [
                 mean_ratio,
@@ -457,11 +461,18 @@ def smooth_factor(
     Returns:
       ``p_hat_t`` (values in [gamma, 1]), ``d_t`` and ``c_t``, float32.
     """
-    new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
     new_correction = _next_correction(correction, beta_3)
+    p_hat, new_deficit = _smooth(factor, deficit, new_correction, beta_3, gamma)
+    return p_hat, new_deficit, new_correction
+
+
+def _smooth(factor, deficit, new_correction, beta_3, gamma):
+    """:func:`smooth_factor` given ``c_t`` (``new_correction``, broadcastable to
+    ``factor``): returns ``(p_hat_t, d_t)``."""
+    new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
     p_hat = 1.0 - new_deficit / new_correction
     # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
-    return tf.clip_by_value(p_hat, gamma, 1.0), new_deficit, new_correction
+    return tf.clip_by_value(p_hat, gamma, 1.0), new_deficit
 
 
 class VRGDState:
@@ -749,19 +760,25 @@ def variance_reduce(
         old_parts += [r.gather_rows(state.deficits[j]) for r, j in zip(rows, index[num_dense:])]
         old_deficit = tf.concat(old_parts, 0)
         old_correction = tf.stack([tf.convert_to_tensor(state.corrections[j]) for j in index])
-        factor, new_deficit, _ = smooth_factor(
-            factor, old_deficit, _per_element(old_correction, sizes), beta_3, gamma
+        # c_t per variable, then one [N] broadcast of it (the values smooth_factor gives).
+        new_correction = _next_correction(old_correction, beta_3)
+        factor, new_deficit = _smooth(
+            factor, old_deficit, _per_element(new_correction, sizes), beta_3, gamma
         )
-        new_correction = _next_correction(old_correction, beta_3)  # per variable
-        new_deficit = tf.where(all_finite, new_deficit, old_deficit)
-        new_correction = tf.where(all_finite, new_correction, old_correction)
-        parts = tf.split(new_deficit, sizes)
-        for j, part in zip(index[:num_dense], parts):
-            state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
-        for r, j, part in zip(rows, index[num_dense:], parts[num_dense:]):
-            r.update_rows(state.deficits[j], part, tf.where(all_finite, beta_3, 1.0))
-        for j, c in zip(index, tf.unstack(new_correction)):
-            state.corrections[j].assign(c)
+
+        def store():
+            parts = tf.split(new_deficit, sizes)
+            for j, part in zip(index[:num_dense], parts):
+                state.deficits[j].assign(tf.reshape(part, state.deficits[j].shape))
+            for r, j, part in zip(rows, index[num_dense:], parts[num_dense:]):
+                r.update_rows(state.deficits[j], part, beta_3)
+            for j, c in zip(index, tf.unstack(new_correction)):
+                state.corrections[j].assign(c)
+            return tf.constant(True)
+
+        # Kept as it was on a step with a non-finite sum: a branch, not a select between
+        # the new and the old deficit (which would keep a third [N] tensor alive).
+        tf.cond(all_finite, store, lambda: tf.constant(False))
 
     if transform_factor is not None:
         factor = tf.concat(

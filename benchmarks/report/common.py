@@ -21,6 +21,8 @@ VARIANT_LABEL = {
     "sq": "X + all-reduce of squares (a)",
     "vr_nostats": "VR-X, statistics_interval=0 (no diagnostics)",
     "vr": "VR-X, diagnostics every step (statistics_interval=1, the default)",
+    "vr_beta3_0": "VR-X with beta_3=0 (no factor state), diagnostics every step",
+    "vr_nostats_beta3_0": "VR-X with beta_3=0, statistics_interval=0",
 }
 
 
@@ -37,6 +39,8 @@ class Context:
       headline, bert_headline, headline_ov: filled by the sweep, BERT and overhead sections
         for the report's head and the README block.
       readme_lines: further Markdown lines for the README block, from any section.
+      evidence_headline: the pre-registered Fashion-MNIST protocol's headline lines (the
+        evidence section), first in the report's head and the README block.
     """
 
     inputs: dict
@@ -48,6 +52,7 @@ class Context:
     bert_headline: list = dataclasses.field(default_factory=list)
     headline_ov: list = dataclasses.field(default_factory=list)
     readme_lines: list = dataclasses.field(default_factory=list)
+    evidence_headline: list = dataclasses.field(default_factory=list)
 
     def result(self, stem):
         """The JSON of ``stem`` given on the command line, else

@@ -81,9 +81,76 @@ def render(ctx, lines):
                     f"{pr['max']:.3f}) |"
                 )
     _remeasured(sp.get("remeasured", []), label, lines)
+    _memory_parts(load(os.path.join(RESULTS, "overhead_bert_memory.json")), lines)
+    _gsnr_memory(load(os.path.join(RESULTS, "gsnr_memory.json")), lines)
     for err in sp.get("bert_errors", []):
         lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
     lines.append("")
+
+
+def _memory_parts(doc, lines):
+    """BERT-tiny's peak memory split into parts (``overhead_bert_memory.json``): the base
+    with the squares' all-reduce alone (``sq``), then VR without and with the factor state
+    (``beta_3``) and the diagnostics."""
+    if not (doc and doc.get("memory")):
+        return
+    m = doc["memory"][0]
+    base_mb = m["base_peak_mb_median"]
+    lines += [
+        "",
+        f"BERT-tiny peak memory by part (`{doc['command']}`, kept as "
+        "`benchmarks/results/overhead_bert_memory.json`; VmHWM of one subprocess per "
+        f"variant and repetition, {doc['config']['memory_reps']} repetitions; base peak "
+        f"{base_mb:.0f} MB; 8 replicas in one process, so every [N] tensor a replica holds "
+        "counts 8 times: 140 MB for BERT-tiny's 4.4 M parameters). The squares' all-reduce "
+        "alone, then VR-LAMB without factor state (`beta_3=0`) and diagnostics, with "
+        "diagnostics, with the factor state (the default `beta_3=0.9`) and both:",
+        "",
+        "| variant | peak MB (median) | over base MB | peak ratio median (min / max) |",
+        "|---|---:|---:|---:|",
+        f"| {VARIANT_LABEL['base']} | {base_mb:.0f} | 0 | 1 |",
+    ]
+    for v in doc["config"]["memory_variants"]:
+        r = m.get(v)
+        if v == "base" or not isinstance(r, dict):
+            continue
+        pr = r["peak_ratio"]
+        lines.append(
+            f"| {VARIANT_LABEL.get(v, v)} | {r['peak_mb_median']:.0f} | "
+            f"{r['peak_mb_median'] - base_mb:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
+            f"{pr['max']:.3f}) |"
+        )
+
+
+def _gsnr_memory(doc, lines):
+    """``gsnr_memory.py``: [N] tensors alive at the peak of variance_reduce alone, this
+    checkout and (``before``) an earlier one."""
+    if not (doc and doc.get("rows")):
+        return
+    before = {
+        (r["beta_3"], r["diagnostics"], r["inter_op_threads"]): r["tensors"]
+        for r in doc.get("before", {}).get("rows", [])
+    }
+    lines += [
+        "",
+        f"The same parts in `variance_reduce` alone (`{doc['command']}`: BERT-tiny's "
+        "variable sizes, one replica with two micro-batch groups; peak RSS over the RSS "
+        "before the first step, in tensors of N float32). One process per row; with "
+        "TensorFlow's default inter-op parallelism the count varies between runs by 1 to 1.5, "
+        "with one inter-op thread it is the graph's own:",
+        "",
+        "| beta_3 | diagnostics | inter-op threads | [N] tensors | before |",
+        "|---:|---|---|---:|---:|",
+    ]
+    for r in doc["rows"]:
+        key = (r["beta_3"], r["diagnostics"], r["inter_op_threads"])
+        old = f"{before[key]:.1f}" if key in before else ""
+        lines.append(
+            f"| {r['beta_3']:g} | {'every step' if r['diagnostics'] else 'off'} | "
+            f"{r['inter_op_threads'] or 'default'} | {r['tensors']:.1f} | {old} |"
+        )
+    if doc.get("before"):
+        lines += ["", f"Before: {doc['before']['label']}."]
 
 
 def _remeasured(runs, label, lines):

@@ -1,0 +1,103 @@
+r"""How many ``[N]`` tensors VRGD's step holds at its peak, without XLA, by part.
+
+One process per configuration (peak RSS, ``VmHWM``, cannot be reset): BERT-tiny's variable
+sizes (N = 4,384,058 in 44 variables, the word embedding 3,906,816 of them), one replica with
+two micro-batch groups (k = 2, so :func:`vrgd_tf.gsnr.variance_reduce` runs its whole path
+with no collective in the way), the gradients and sums of squares held in variables. The
+step runs three times; reported: (peak RSS - RSS before the first step) / (4 N bytes), for
+``beta_3`` in {0, 0.9} with and without the diagnostics, with TensorFlow's default inter-op
+parallelism and with one inter-op thread (ops one at a time: the floor of the graph as
+written). The 8-replica BERT-tiny measurement is ``overhead.py``'s (docs/results.md).
+
+Example:
+  python benchmarks/gsnr_memory.py            # about a minute
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # this checkout's vrgd_tf, installed or not
+
+import benchlib  # noqa: E402
+
+BERT_TINY_SIZES = [3_906_816] + [11_097] * 42 + [4_384_058 - 3_906_816 - 42 * 11_097]
+CONFIGS = [(b3, stats, inter) for inter in (0, 1) for b3 in (0.0, 0.9) for stats in (0, 1)]
+
+
+def child(beta_3, stats, inter):
+    """One configuration; prints the number of [N] tensors at the peak."""
+    import tensorflow as tf
+
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    from vrgd_tf import gsnr
+
+    sizes = BERT_TINY_SIZES
+    n = sum(sizes)
+    rng = tf.random.Generator.from_seed(0)
+    variables = [tf.Variable(tf.zeros([s])) for s in sizes]
+    grads = [tf.Variable(rng.normal([s])) for s in sizes]
+    squares = [tf.Variable(tf.square(g) * 0.6 + 0.1) for g in grads]  # two groups' worth
+
+    def make_variable(kind, index, shape, ref):
+        shape = ref.shape if kind == "deficit" else ([] if kind == "correction" else shape)
+        return tf.Variable(tf.zeros(shape), trainable=False)
+
+    state = gsnr.VRGDState(make_variable, lambda v: v.ref(), beta_3)
+    state.add_variables(variables)
+
+    @tf.function
+    def step():
+        out = gsnr.variance_reduce(
+            [g.read_value() for g in grads],
+            variables,
+            gamma=0.1,
+            beta_3=beta_3,
+            state=state,
+            record_statistics=bool(stats),
+            sq_sums=[q.read_value() for q in squares],
+            num_groups=2,
+        )
+        return tf.add_n([tf.reduce_sum(o) for o in out])
+
+    step.get_concrete_function()
+    before = benchlib.rss_kb()
+    for _ in range(3):
+        step()
+    print(json.dumps({"tensors": (benchlib.peak_kb() - before) * 1024 / (4 * n), "n": n}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(benchlib.RESULTS_DIR, "gsnr_memory.json"))
+    parser.add_argument("--child", nargs=3, type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return
+    rows = []
+    for beta_3, stats, inter in CONFIGS:
+        cmd = [sys.executable, __file__, "--child", str(beta_3), str(stats), str(inter)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        res = json.loads(out.strip().splitlines()[-1])
+        row = {"beta_3": beta_3, "diagnostics": bool(stats), "inter_op_threads": inter or None}
+        row.update(res)
+        rows.append(row)
+        print(row, flush=True)
+    doc = {
+        "kind": "gsnr_memory",
+        "command": benchlib.command_line(),
+        "environment": benchlib.environment(),
+        "rows": rows,
+    }
+    benchlib.write_json(args.out, doc)
+    print("->", args.out)
+
+
+if __name__ == "__main__":
+    main()
