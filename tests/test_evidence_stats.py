@@ -189,7 +189,12 @@ class HeadlineTest(tf.test.TestCase):
         # t(0.975, 5) = 2.5706; half width 2.5706 * 0.1871 / sqrt(6) = 0.196
         self.assertIn("Δ = VR − base +0.05 pp, 95 % CI [-0.15, +0.25]", lines[0])
         self.assertIn('"equivalent"', lines[0])
-        self.assertIn("(base 0.05, VR 0.1), 6 fresh seed pairs:", lines[0])
+        self.assertIn("(peak learning rates: base 0.05, VR 0.1), 6 fresh seed pairs:", lines[0])
+        self.assertIn(
+            "The 95 % CI rules out VR being worse by more than 0.15 pp (so by the 1 pp "
+            "margin) and a benefit of 1 pp or more. It does not rule out no effect at all.",
+            lines[0],
+        )
         self.assertIn("base 72.50 ± 1.87 %", lines[0])
         # two pairs only: still a number, marked partial; controls and paper arm appear
         runs = {k: v for k, v in runs.items() if v["seed"] < 2}
