@@ -1,9 +1,12 @@
 r"""Renders docs/results.md and docs/images/*.png from the benchmark JSON files.
 
-Every number in the output is computed from the JSON written by ``sweep.py``,
-``overhead.py``, ``bert_mlm.py`` and ``groups.py``; nothing is typed by hand. Statements like
-"better" / "worse" are decided by a fixed rule (paired difference over seeds beyond two
-standard errors), stated in the output. The sections live in ``benchmarks/report/``, one
+Every number in the output is computed from the JSON files under ``benchmarks/results/``
+(``sweep.py``, ``overhead.py``, ``bert_mlm.py``, ``groups.py``, ``evidence.py`` and the other
+benchmarks); nothing is typed by hand, except the learning-rate probe section, which is
+carried over from the previous docs/results.md while its JSON is missing (it says so).
+"better" / "worse" in the sweep tables are decided by a two-sided paired t-test at 5 %, the
+evidence verdicts by the pre-registered rule (benchmarks/README.md); both are stated in the
+output. The sections live in ``benchmarks/report/``, one
 module each (see ``report/__init__.py`` for how to add one); this file is the command line,
 the report's head and the README block.
 

@@ -128,13 +128,16 @@ def loopback_section(lb, bf, lines, readme_lines=None):
             ):
                 sb = e.get("ratio_same_bytes", {})
                 text = (
-                    f"- Over a real collective (2 workers on 127.0.0.1, {e['collective']}), "
+                    f"- Over a real collective (`benchmarks/loopback.py`: 2 workers of "
+                    f"MultiWorkerMirroredStrategy on 127.0.0.1, {e['collective']}), "
                     f"{e['model']}: VR/base {e['ratio']['vr']['median']:.2f}"
                 )
                 if "vr" in sb:
                     text += f", VR/base with 2x parameters (same bytes) {sb['vr']['median']:.2f}"
                 if "vr_bf16" in e["ratio"]:
-                    text += f"; bfloat16 squares {e['ratio']['vr_bf16']['median']:.2f}"
+                    text += (
+                        f"; VR with bfloat16 squares / base {e['ratio']['vr_bf16']['median']:.2f}"
+                    )
                 readme_lines.append(text + ".")
         for err in lb.get("errors", []):
             lines += [f"- Failed: {err.splitlines()[0]}", ""]

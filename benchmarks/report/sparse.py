@@ -81,11 +81,38 @@ def render(ctx, lines):
                     f"{pr['max']:.3f}) |"
                 )
     _remeasured(sp.get("remeasured", []), label, lines)
-    _memory_parts(load(os.path.join(RESULTS, "overhead_bert_memory.json")), lines)
+    mem = load(os.path.join(RESULTS, "overhead_bert_memory.json"))
+    _memory_parts(mem, lines)
+    _readme_bert(sp.get("remeasured", []), mem, ctx.readme_lines)
     _gsnr_memory(load(os.path.join(RESULTS, "gsnr_memory.json")), lines)
     for err in sp.get("bert_errors", []):
         lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
     lines.append("")
+
+
+def _readme_bert(runs, mem, readme_lines):
+    """The newest BERT-tiny step-time re-measure and memory-by-part run, for the README."""
+    timing = [e for run in runs for e in run["timing"] if e["model"] == "bert_tiny"]
+    if not timing:
+        return
+    r = timing[-1]["ratio"]
+    text = (
+        f"- BERT-tiny LAMB, batch {timing[-1]['batch']}, 8 CPU replicas, re-measured on the "
+        f"current code (supersedes the bert_tiny lines above): step time VR/base "
+        f"{r['vr']['median']:.3f} ({r['vr']['min']:.3f}–{r['vr']['max']:.3f}), "
+        f"{r['vr_nostats']['median']:.3f} with `statistics_interval=0`"
+    )
+    m = (mem or {}).get("memory", [{}])[0]
+    if "vr" in m:
+        text += f"; peak memory {m['vr']['peak_ratio']['median']:.3f}"
+        if "vr_nostats_beta3_0" in m:
+            text += (
+                f", {m['vr_nostats_beta3_0']['peak_ratio']['median']:.3f} with `beta_3=0` and "
+                "`statistics_interval=0`"
+            )
+    readme_lines.append(
+        text + " (why: [docs/cost_model.md](docs/cost_model.md#5-memory-per-replica))."
+    )
 
 
 def _memory_parts(doc, lines):
