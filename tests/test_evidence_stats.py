@@ -214,6 +214,7 @@ class HeadlineTest(tf.test.TestCase):
         # VR 70.1, 70.8 vs shuffled 60, 61: +9.95
         self.assertIn("VR − VR-shuffled", lines[1])
         self.assertIn("+9.95 pp", lines[1])
+        self.assertIn("VR-shuffled − base -10.00 pp", lines[1])  # 60, 61 against 70, 71
         self.assertIn(
             "rate 0.8), 2 pairs: collapse to < 20 % test accuracy base 2/2, VR 1/2", lines[2]
         )
