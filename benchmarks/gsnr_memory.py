@@ -74,7 +74,11 @@ def child(beta_3, stats, inter):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(benchlib.RESULTS_DIR, "gsnr_memory.json"))
+    parser.add_argument(
+        "--out",
+        default=os.path.join(benchlib.RESULTS_DIR, "gsnr_memory.json"),
+        help="JSON written with one row per configuration (default: %(default)s).",
+    )
     parser.add_argument("--child", nargs=3, type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -60,6 +60,18 @@ def _pairs(base_runs, vr_runs, field="test_acc"):
     return seeds, [v[s]["final"][field] - b[s]["final"][field] for s in seeds]
 
 
+def _paired(base_runs, vr_runs):
+    """:func:`evidence_stats.paired_summary` of ``vr − base`` test accuracy by seed, or
+    None with fewer than 2 pairs."""
+    _, d = _pairs(base_runs, vr_runs)
+    return es.paired_summary(d) if len(d) >= 2 else None
+
+
+def _delta_text(summary):
+    """``"+x.xx pp, 95 % CI [lo, hi]"`` of a :func:`evidence_stats.paired_summary`."""
+    return f"{summary['mean']:+.2f} pp, 95 % CI {_fmt_ci(summary['t_ci'])}"
+
+
 def _rule_out(summary):
     """What the 95 % t interval of a paired Δ (VR − base, pp) rules out and what it does
     not, against 0 and the ±margin of the protocol."""
@@ -407,7 +419,6 @@ def _secondary(tune, final, paper, pair, lines):
             )
             return total + r["curve"][0]["step"] if s is None else s  # censored
 
-        d = [reach(vr[s]) - reach(base[s]) for s in seeds]
         best = max(max(c["val_acc"] for c in r["curve"]) for x in (base, vr) for r in x.values())
         if all(reach(x[s]) > total for x in (base, vr) for s in seeds):
             rows.append(
@@ -417,7 +428,7 @@ def _secondary(tune, final, paper, pair, lines):
             )
             ps.append(1.0)
         else:
-            sm = es.paired_summary(d)
+            sm = es.paired_summary([reach(vr[s]) - reach(base[s]) for s in seeds])
             rows.append(
                 f"steps to {target:.2f} % validation (0.98 x batch-256 base): VR − base "
                 f"{sm['mean']:+.1f} steps, CI {_fmt_ci(sm['t_ci'])} (never reached counts as "
@@ -478,12 +489,11 @@ def _secondary(tune, final, paper, pair, lines):
 def _shuffled(final, controls, pair, lines):
     vr = _runs(final, pair=pair, batch=LARGE, side="vr")
     sh = _runs(controls, pair=pair, batch=LARGE, side="vr_shuffled")
-    seeds, d = _pairs(sh, vr)
-    if len(d) >= 2:
-        s = es.paired_summary(d)
+    s = _paired(sh, vr)
+    if s:
         lines.append(
             f"VR − VR-shuffled at 4096 (same rate and seeds, {s['n']} pairs): "
-            f"{s['mean']:+.2f} pp, 95 % CI {_fmt_ci(s['t_ci'])}: "
+            f"{_delta_text(s)}: "
             + (
                 "the GSNR information in the factor matters."
                 if s["t_ci"][0] > 0
@@ -608,25 +618,36 @@ def _mean_acc(runs):
     return float(np.mean([r["final"]["test_acc"] for r in runs]))
 
 
+def _mean_sd(runs):
+    acc = [r["final"]["test_acc"] for r in runs]
+    return f"{np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f}" if len(acc) > 1 else "–"
+
+
 def headline(results_dir, pair="momentum"):
-    """The evidence headline for the report's head and the README block: Markdown lines
-    (empty if no final run of ``pair`` exists). Every number from the phase JSONs."""
+    """The evidence headline for the report's head and the README block.
+
+    Args:
+      results_dir: directory of the phase JSON files (``tune``, ``final``, ``controls``,
+        ``paper``; any may be missing).
+      pair: ``"momentum"`` or ``"lamb"``.
+
+    Returns:
+      Markdown bullet lines (str): the primary endpoint with its verdict and what its CI
+      rules out, then batch 256, the VR-shuffled control and the paper-protocol arm where
+      they exist; empty if fewer than 2 seed pairs of ``pair`` finished at batch 4096.
+      Every number is computed from the JSON.
+    """
     tune, final, controls, paper = (
         _load(results_dir, p) for p in ("tune", "final", "controls", "paper")
     )
     base_l, vr_l = PAIR_LABEL[pair]
     base = _runs(final, pair=pair, batch=LARGE, side="base")
     vr = _runs(final, pair=pair, batch=LARGE, side="vr")
-    seeds, deltas = _pairs(base, vr)
-    if len(deltas) < 2:
+    s = _paired(base, vr)
+    if not s:
         return []
-    s = es.paired_summary(deltas)
     best = (tune or {}).get("best", {})
     rates = best.get(f"{pair}/b{LARGE}", {})
-
-    def mean_sd(runs):
-        acc = [r["final"]["test_acc"] for r in runs]
-        return f"{np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f}" if len(acc) > 1 else "–"
 
     partial = "" if s["n"] >= 6 else f" (partial: {s['n']} of 6 registered pairs)"
     out = [
@@ -635,42 +656,37 @@ def headline(results_dir, pair="momentum"):
         f"with the same grid and seeds** (peak learning rates: base {rates.get('base', '?'):g}, "
         f"VR {rates.get('vr', '?'):g}), {s['n']} fresh seed pairs{partial}: test accuracy "
         f"(mean ± sd over seeds) base "
-        f"{mean_sd(base)} %, VR {mean_sd(vr)} %; **Δ = VR − base {s['mean']:+.2f} pp, 95 % CI "
-        f'{_fmt_ci(s["t_ci"])} (bootstrap {_fmt_ci(s["boot_ci"])}): "{s["verdict"]}"** '
+        f"{_mean_sd(base)} %, VR {_mean_sd(vr)} %; **Δ = VR − base {_delta_text(s)} "
+        f'(bootstrap {_fmt_ci(s["boot_ci"])}): "{s["verdict"]}"** '
         f"(pre-registered rule on the t interval, ±1 pp margin). {_rule_out(s)} " + _boot_note(s)
     ]
     small = [_runs(final, pair=pair, batch=SMALL, side=x) for x in ("base", "vr")]
     if all(len(r) > 1 for r in small):
-        _, d_small = _pairs(*small)
-        small_ci = ""
-        if len(d_small) >= 2:
-            ss = es.paired_summary(d_small)
-            small_ci = f"; Δ {ss['mean']:+.2f} pp, 95 % CI {_fmt_ci(ss['t_ci'])}"
+        ss = _paired(*small)
+        small_ci = f"; Δ {_delta_text(ss)}" if ss else ""
         out.append(
             f"- Same protocol at batch {SMALL} (tuned): test accuracy base "
-            f"{mean_sd(small[0])} %, VR {mean_sd(small[1])} %{small_ci}. At batch {LARGE} "
+            f"{_mean_sd(small[0])} %, VR {_mean_sd(small[1])} %{small_ci}. At batch {LARGE} "
             f"both sides end {_mean_acc(small[1]) - _mean_acc(vr):.0f} to "
             f"{_mean_acc(small[0]) - _mean_acc(base):.0f} pp lower after the same 30 epochs: "
             "VRGD does not close the large-batch gap here."
         )
     sh = _runs(controls, pair=pair, batch=LARGE, side="vr_shuffled")
-    sh_seeds, d_sh = _pairs(sh, vr)
-    if len(d_sh) >= 2:
-        ss = es.paired_summary(d_sh)
-        _, d_sb = _pairs(base, sh)
+    ss = _paired(sh, vr)
+    if ss:
+        sb = _paired(base, sh)
         vs_base = ""
-        if len(d_sb) >= 2:
-            sb = es.paired_summary(d_sb)
+        if sb:
             vs_base = (
-                f" The shuffled control itself reaches {mean_sd(sh)} %, VR-shuffled − base "
-                f"{sb['mean']:+.2f} pp (95 % CI {_fmt_ci(sb['t_ci'])}): these data do not "
+                f" The shuffled control itself reaches {_mean_sd(sh)} %, VR-shuffled − base "
+                f"{_delta_text(sb)}: these data do not "
                 "separate the factor's GSNR information from its size (a smaller effective "
                 "step)."
             )
         out.append(
             f"- Control, VR − VR-shuffled (the factor permuted within each variable every "
             f"step: same distribution, no GSNR information; at VR's rate), {ss['n']} pairs: "
-            f"{ss['mean']:+.2f} pp, 95 % CI {_fmt_ci(ss['t_ci'])}.{vs_base}"
+            f"{_delta_text(ss)}.{vs_base}"
         )
     pb, pv = (_by_seed(_runs(paper, pair=pair, side=x)) for x in ("base", "vr"))
     pseeds = sorted(set(pb) & set(pv))
@@ -684,8 +700,8 @@ def headline(results_dir, pair="momentum"):
             f"- Paper protocol (both sides untuned at the square-root-scaled rate "
             f"{lr:g}), {c['n']} pairs: collapse to < 20 % test accuracy base "
             f"{round(c['base_rate'] * c['n'])}/{c['n']}, VR {round(c['vr_rate'] * c['n'])}/"
-            f"{c['n']} (exact McNemar p = {c['p']:.2g}); test accuracy base {mean_sd(list(pb.values()))} %, "
-            f"VR {mean_sd(list(pv.values()))} %"
+            f"{c['n']} (exact McNemar p = {c['p']:.2g}); test accuracy base {_mean_sd(list(pb.values()))} %, "
+            f"VR {_mean_sd(list(pv.values()))} %"
             + (
                 ": VR does not prevent the collapse here (the paper's largest claim is that "
                 "it does: +75 pp at batch 4k on CIFAR-10)."
