@@ -284,12 +284,13 @@ def optimizer_classes(pair):
     raise ValueError(f"unknown pair {pair!r}")
 
 
-def make_optimizer(pair, side, learning_rate, gamma=0.1, beta_3=None):
-    """The base (``side='base'``) or VR optimizer of ``pair``; VR defaults as the library's."""
+def make_optimizer(pair, side, learning_rate, gamma=0.1, beta_3=None, factor_transforms=()):
+    """The base (``side='base'``) or VR optimizer of ``pair``; VR defaults as the library's,
+    ``factor_transforms`` handed to the VR class (its public extension point)."""
     base_cls, vr_cls, kwargs = optimizer_classes(pair)
     if side == "base":
         return base_cls(learning_rate=learning_rate, **kwargs)
-    vr_kwargs = dict(kwargs, gamma=gamma)
+    vr_kwargs = dict(kwargs, gamma=gamma, factor_transforms=factor_transforms)
     if beta_3 is not None:
         vr_kwargs["beta_3"] = beta_3
     return vr_cls(learning_rate=learning_rate, **vr_kwargs)

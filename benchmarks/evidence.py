@@ -146,17 +146,17 @@ class Runner:
         key = (pair, side, shuffled)
         if key not in self.trainers:
             strategy = benchlib.strategy_for(FLAGS.replicas)
+            with strategy.scope():
+                shuffle_seed = tf.Variable(0, dtype=tf.int64, trainable=False)
 
             def make_opt(schedule):
-                return benchlib.make_optimizer(pair, side, schedule, gamma=FLAGS.gamma)
+                transforms = [shuffle_transform(shuffle_seed)] if shuffled else []
+                return benchlib.make_optimizer(
+                    pair, side, schedule, gamma=FLAGS.gamma, factor_transforms=transforms
+                )
 
             t = benchlib.Trainer(strategy, benchlib.fashion_cnn, make_opt)
-            if shuffled:
-                with strategy.scope():
-                    t.shuffle_seed = tf.Variable(0, dtype=tf.int64, trainable=False)
-                t.optimizer._vrgd._transform_factor = shuffle_transform(
-                    t.shuffle_seed, t.optimizer.iterations
-                )
+            t.shuffle_seed = shuffle_seed
             self.trainers[key] = t
         return self.trainers[key]
 
@@ -249,18 +249,18 @@ class Runner:
         }
 
 
-def shuffle_transform(seed_var, step_var):
-    """The VR-shuffled control's factor hook: a random permutation of each variable's factor,
-    new every step, from stateless draws keyed by (run seed, step, variable), so every
-    replica applies the same permutation."""
+def shuffle_transform(seed_var):
+    """The VR-shuffled control's factor transform (``factor_transforms``): a random
+    permutation of each variable's factor, new every step, from stateless draws keyed by
+    (run seed, step, variable), so every replica applies the same permutation."""
     import tensorflow as tf
 
-    def permute(factor, j):
+    def permute(factor, context):
         n = factor.shape[0]
         key = tf.stack(
             [
                 tf.cast(seed_var, tf.int64),
-                tf.cast(step_var, tf.int64) * 1009 + j,
+                tf.cast(context.step, tf.int64) * 1009 + context.index,
             ]
         )
         order = tf.argsort(tf.random.stateless_uniform([n], key, alg="philox"))

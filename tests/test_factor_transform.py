@@ -1,7 +1,7 @@
-"""The experiments-only factor hook (``GSNRAggregator._transform_factor``,
-``gsnr.variance_reduce(transform_factor=...)``) used by the VR-shuffled control of
-``benchmarks/evidence.py``: a permutation of each variable's factor keeps its multiset,
-changes the weights, and stays out of the config."""
+"""The public factor extension point (``factor_transforms=`` of the VRGD classes, of
+``GSNRAggregator`` and of ``gsnr.variance_reduce``), used by the study's controls: a
+permutation of each variable's factor keeps its multiset, changes the weights, and stays out
+of the config."""
 
 import numpy as np
 import tensorflow as tf
@@ -17,9 +17,11 @@ def stateless_permutation(seed, counter):
     """``fn(factor, j)``: a permutation of ``factor`` drawn from (seed, counter, j), the same
     on every replica (stateless), as in benchmarks/evidence.py."""
 
-    def permute(factor, j):
+    def permute(factor, context):
         n = factor.shape[0]
-        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(counter, tf.int64) * 1009 + j])
+        j = context.index
+        step = counter if context.step is None else context.step
+        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64) * 1009 + j])
         return tf.gather(factor, tf.argsort(tf.random.stateless_uniform([n], key, alg="philox")))
 
     return permute
@@ -32,10 +34,10 @@ class FactorTransformTest(tf.test.TestCase):
         zero = {n: np.zeros_like(v) for n, v in init.items()}
 
         def make():
-            opt = vrgd_tf.VRGDSGD(learning_rate=1.0, momentum=0.0, gamma=0.1)
-            if transform is not None:
-                opt._vrgd._transform_factor = transform(opt)
-            return opt
+            transforms = [] if transform is None else [transform(None)]
+            return vrgd_tf.VRGDSGD(
+                learning_rate=1.0, momentum=0.0, gamma=0.1, factor_transforms=transforms
+            )
 
         variables, opt = util.run_custom_loop(
             util.strategy_for(k), make, zero, grads, jit_compile=jit_compile
@@ -44,7 +46,7 @@ class FactorTransformTest(tf.test.TestCase):
 
     def test_permuted_factor_keeps_multiset_and_changes_weights(self):
         plain, plain_opt, grads = self._run(None)
-        shuffled, opt, _ = self._run(lambda o: stateless_permutation(3, o.iterations))
+        shuffled, opt, _ = self._run(lambda o: stateless_permutation(3, 0))
         changed = False
         for name in grads:
             factor, s1 = ref.gsnr_factor(grads[name][0], 0.1)
@@ -60,8 +62,9 @@ class FactorTransformTest(tf.test.TestCase):
             want = np.linalg.norm(applied * s1.ravel()) / np.linalg.norm(s1)
             self.assertAllClose(stats["norm_ratio"], want, rtol=1e-4)
         self.assertTrue(changed)
-        self.assertNotIn("transform_factor", str(opt.get_config()))
-        self.assertNotIn("transform_factor", str(opt._vrgd.get_config()))
+        self.assertNotIn("factor_transforms", opt.get_config())
+        self.assertNotIn("factor_transforms", opt._vrgd.get_config())
+        self.assertLen(opt.factor_transforms, 1)
 
     def test_permuted_step_compiles_with_xla_and_matches_eager(self):
         """The whole GSNR step with the stateless permutation compiles into one XLA cluster
@@ -91,7 +94,7 @@ class FactorTransformTest(tf.test.TestCase):
                     beta_3=0.0,
                     state=state,
                     replica_context=ctx,
-                    transform_factor=transform,
+                    factor_transforms=[] if transform is None else [transform],
                 )
 
             mine = [tf.constant(grads[n][0, 0]) for n in names]
@@ -114,8 +117,11 @@ class FactorTransformTest(tf.test.TestCase):
     def test_variance_reduce_hands_each_variable_its_own_factor(self):
         seen = []
 
-        def record(factor, j):
-            seen.append((j, tuple(factor.shape.as_list())))
+        def record(factor, context):
+            seen.append((context.index, tuple(factor.shape.as_list())))
+            self.assertEqual(context.num_samples, 2)
+            self.assertEqual(context.summed.shape, factor.shape)
+            self.assertEqual(context.summed_squares.shape, factor.shape)
             return factor
 
         strategy = util.strategy_for(2)
@@ -129,11 +135,39 @@ class FactorTransformTest(tf.test.TestCase):
         def fn():
             g = [tf.ones([3, 2]), tf.ones([5])]
             return gsnr.variance_reduce(
-                g, [a, b], gamma=0.1, beta_3=0.0, state=state, transform_factor=record
+                g, [a, b], gamma=0.1, beta_3=0.0, state=state, factor_transforms=[record]
             )
 
         strategy.run(fn)
         self.assertEqual(sorted(set(seen)), [(0, (6,)), (1, (5,))])
+
+    def test_scalar_transform_from_the_docstring_scales_by_the_norm_ratio(self):
+        """The GSNRAggregator docstring's example: one number per variable, the update norm
+        ratio ||f * S1|| / ||S1|| of the GSNR factor f."""
+
+        def scalar(factor, context):
+            s1 = context.summed
+            ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+            ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+            return tf.fill(tf.shape(factor), ratio)
+
+        plain, _, grads = self._run(None)
+        scaled, opt, _ = self._run(lambda _: scalar)
+        for name in grads:
+            factor, s1 = ref.gsnr_factor(grads[name][0], 0.1)
+            ratio = np.linalg.norm(factor * s1) / np.linalg.norm(s1)
+            self.assertAllClose(scaled[name].numpy(), -ratio * s1, rtol=1e-5, atol=1e-7)
+            self.assertNotAllClose(scaled[name].numpy(), plain[name].numpy())
+            stats = [s for n, s in opt.vrgd_statistics().items() if n.endswith(name)][0]
+            self.assertAllClose(stats["mean_factor"], ratio, rtol=1e-5)
+
+    def test_not_callable_is_refused_at_construction(self):
+        with self.assertRaisesRegex(TypeError, "factor_transforms"):
+            vrgd_tf.VRGDSGD(learning_rate=0.1, factor_transforms=[1.0])
+        with self.assertRaisesRegex(TypeError, "factor_transforms"):
+            vrgd_tf.GSNRAggregator(factor_transforms=3)
+        agg = vrgd_tf.GSNRAggregator(factor_transforms=None)
+        self.assertEqual(agg.factor_transforms, ())
 
 
 if __name__ == "__main__":

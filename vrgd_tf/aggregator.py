@@ -85,6 +85,24 @@ class GSNRAggregator(tf.Module):
         ``1 / (2**-8 k)`` count as undefined (factor 1); see
         :func:`vrgd_tf.gsnr.sum_with_squares` and ``docs/cost_model.md``. Default
         ``"float32"``.
+      factor_transforms: sequence of callables ``fn(factor, context) -> factor``, applied
+        in order to each variable's flat float32 factor after any smoothing and before it
+        multiplies ``S1`` (the extension point for research and custom rules;
+        ``context`` is a :class:`vrgd_tf.gsnr.FactorContext`: the variable, its index,
+        ``S1`` and ``S2`` on the factor's elements, ``k`` and the step). Each must return
+        float32 of the factor's shape, the same on every replica, with no Python side
+        effects (it is traced into the step). Not part of :meth:`get_config` (callables
+        do not serialize): pass them again when restoring from a config. Default none.
+        Example, a factor of one number per variable, the update norm ratio::
+
+            def scalar(factor, context):
+                s1 = context.summed
+                ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+                ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+                return tf.fill(tf.shape(factor), ratio)
+
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -111,6 +129,7 @@ class GSNRAggregator(tf.Module):
         statistics_interval=1,
         *,
         squares_dtype="float32",
+        factor_transforms=(),
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
@@ -132,9 +151,7 @@ class GSNRAggregator(tf.Module):
         self._warned = set()
         self._local = threading.local()  # per replica thread: k of the traced step
         self._num_samples = "several"
-        # Experiments only (not in get_config): ``fn(factor, j) -> factor`` applied to each
-        # variable's factor before it multiplies S1; see ``gsnr.variance_reduce``.
-        self._transform_factor = None
+        self.factor_transforms = gsnr.validate_factor_transforms(factor_transforms)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -242,7 +259,8 @@ class GSNRAggregator(tf.Module):
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
             num_groups=num_groups,
             squares_dtype=self.squares_dtype,
-            transform_factor=self._transform_factor,
+            factor_transforms=self.factor_transforms,
+            step=step,
         )
         if self._steps is not None:
             finite = tf.reduce_all(

@@ -58,6 +58,10 @@ VRGD_ARGS_DOC = """
         all-reduced in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per
         parameter, and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1):
         ``docs/cost_model.md``. Default ``"float32"``.
+      factor_transforms: sequence of callables ``fn(factor, context) -> factor`` applied
+        to each variable's factor before it multiplies the summed gradient (research and
+        custom rules; see :class:`vrgd_tf.GSNRAggregator`). Not saved in ``get_config``:
+        pass them again on restore. Default none.
 
     Gradients are all-reduced together with their squares (two calls); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
@@ -148,6 +152,7 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
         inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY, default=default_beta_3),
         inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY, default=1),
         inspect.Parameter("squares_dtype", inspect.Parameter.KEYWORD_ONLY, default="float32"),
+        inspect.Parameter("factor_transforms", inspect.Parameter.KEYWORD_ONLY, default=()),
     ]
     return inspect.Signature(params + extra + var_kw)
 
@@ -164,6 +169,7 @@ class VRGDCommon:
       beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
       statistics_interval: int >= 0, steps between two recordings of the diagnostics.
       squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
+      factor_transforms: tuple of callables applied to the factor (not in the config).
       vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
         variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """
@@ -183,6 +189,7 @@ class VRGDCommon:
         beta_3=None,
         statistics_interval=1,
         squares_dtype="float32",
+        factor_transforms=(),
         **kwargs,
     ):
         base = self._vrgd_base_class
@@ -193,6 +200,7 @@ class VRGDCommon:
             beta_3,
             statistics_interval,
             squares_dtype=squares_dtype,
+            factor_transforms=factor_transforms,
             owner=type(self).__name__,
             make_variable=self._vrgd_make_variable,
             var_key=self._vrgd_var_key,
@@ -222,6 +230,10 @@ class VRGDCommon:
     @property
     def squares_dtype(self) -> str:
         return self._vrgd.squares_dtype
+
+    @property
+    def factor_transforms(self) -> tuple:
+        return self._vrgd.factor_transforms
 
     @property
     def _vrgd_state(self):

@@ -67,7 +67,7 @@ threshold (:data:`NOISE_RTOL`).
 
 import dataclasses
 import numbers
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -78,6 +78,7 @@ __all__ = [
     "NOISE_RTOL",
     "NOISE_RTOL_BFLOAT16",
     "STATISTICS_FIELDS",
+    "FactorContext",
     "GSNRStatistics",
     "VRGDState",
     "dense_gradient",
@@ -89,6 +90,7 @@ __all__ = [
     "validate_gamma",
     "validate_beta_3",
     "validate_squares_dtype",
+    "validate_factor_transforms",
     "SQUARES_DTYPES",
     "noise_rtol",
 ]
@@ -163,6 +165,29 @@ def validate_beta_3(beta_3):
     if not 0.0 <= beta_3 < 1.0:
         raise ValueError(f"`beta_3` must be in [0, 1); got {beta_3}.")
     return beta_3
+
+
+def validate_factor_transforms(factor_transforms) -> tuple:
+    """``factor_transforms`` as a tuple of callables; None or empty gives ``()``.
+
+    Raises:
+      TypeError: not a sequence of callables (the message names the argument).
+    """
+    if factor_transforms is None:
+        return ()
+    if callable(factor_transforms):
+        factor_transforms = (factor_transforms,)
+    try:
+        transforms = tuple(factor_transforms)
+    except TypeError:
+        transforms = None
+    if transforms is None or not all(callable(t) for t in transforms):
+        raise TypeError(
+            "`factor_transforms` must be a sequence of callables "
+            "`fn(factor, context) -> factor`; got "
+            f"{factor_transforms!r}."
+        )
+    return transforms
 
 
 def validate_squares_dtype(squares_dtype):
@@ -592,6 +617,40 @@ def sum_with_squares(
     return sums, tf.cast(sq, tf.float32), sizes, dense, sparse_sums
 
 
+class FactorContext(NamedTuple):
+    """What a factor transform (``factor_transforms``) knows about one variable's factor.
+
+    Attributes:
+      index: int, the variable's position in the gradients handed to the step.
+      variable: the trainable variable.
+      summed: float32 ``[size]``, ``S1`` (the gradient summed over the ``k`` samples) on
+        the factor's elements, flattened in the factor's order.
+      summed_squares: float32 ``[size]``, ``S2`` (the sum of the samples' squares) there.
+      num_samples: int, ``k``, the GSNR samples of the step (replicas x groups).
+      step: None or a scalar int tensor, the steps completed before this one.
+    """
+
+    index: int
+    variable: object
+    summed: tf.Tensor
+    summed_squares: tf.Tensor
+    num_samples: int
+    step: object
+
+
+def _transform_factors(transforms, factor, s1, s2, sizes, order, variables, k, step):
+    """The flat ``[N]`` factor after each variable's part passed through ``transforms``."""
+    parts = []
+    for j, f, a, b, size in zip(
+        order, tf.split(factor, sizes), tf.split(s1, sizes), tf.split(s2, sizes), sizes
+    ):
+        context = FactorContext(j, variables[j], a, b, k, step)
+        for transform in transforms:
+            f = tf.reshape(tf.cast(transform(f, context), tf.float32), [size])
+        parts.append(f)
+    return tf.concat(parts, 0)
+
+
 def variance_reduce(
     grads: Sequence,
     variables: Sequence,
@@ -606,7 +665,8 @@ def variance_reduce(
     sq_sums: Optional[Sequence] = None,
     num_groups: int = 1,
     squares_dtype: str = "float32",
-    transform_factor: Optional[Callable[[tf.Tensor, int], tf.Tensor]] = None,
+    factor_transforms: Sequence[Callable] = (),
+    step=None,
 ) -> List:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -661,13 +721,14 @@ def variance_reduce(
         all-reduced in (see :func:`sum_with_squares`; the gradients are float32 either
         way). bfloat16 saves N * 2 bytes per step on the wire and selects the noise
         threshold :data:`NOISE_RTOL_BFLOAT16`.
-      transform_factor: None, or ``fn(factor, j) -> tensor``, for experiments only (not
-        part of any optimizer's config): applied to the flat float32 factor of the ``j``-th
-        variable in ``variables`` (``[size_j]``; for a variable on the sparse path, its
-        touched rows' slots) after any smoothing, before the diagnostics and before it
-        multiplies ``S1``; it must return float32 of the same shape, and must give the same
-        result on every replica (e.g. stateless random ops seeded by the step). The
-        benchmarks' VR-shuffled control permutes it.
+      factor_transforms: sequence of ``fn(factor, context) -> factor`` (see
+        :class:`FactorContext`), applied in order to each variable's flat float32 factor
+        (``[size]``; on the sparse path, its touched rows' slots) after any smoothing,
+        before the diagnostics and before it multiplies ``S1``. Each must return float32
+        of the same shape and give the same result on every replica (no unseeded random
+        ops; e.g. stateless ops seeded by ``context.step``). Default none.
+      step: None or a scalar int tensor, the steps completed before this one; handed to
+        the factor transforms as ``context.step``.
 
     Returns:
       List of ``n`` tensors, each of its gradient's dtype and dense shape: the SUM over
@@ -780,13 +841,9 @@ def variance_reduce(
         # the new and the old deficit (which would keep a third [N] tensor alive).
         tf.cond(all_finite, store, lambda: tf.constant(False))
 
-    if transform_factor is not None:
-        factor = tf.concat(
-            [
-                tf.reshape(transform_factor(part, j), [size])
-                for j, part, size in zip(order, tf.split(factor, sizes), sizes)
-            ],
-            0,
+    if factor_transforms:
+        factor = _transform_factors(
+            factor_transforms, factor, s1, s2, sizes, order, variables, k, step
         )
 
     def record():
