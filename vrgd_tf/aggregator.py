@@ -11,14 +11,15 @@ eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step coun
 warnings.
 """
 
+import inspect
 import logging
-import threading
 from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import gsnr, naming, validation
+from vrgd_tf import gsnr, naming
+from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, signature_parameters
 
 __all__ = ["GSNRAggregator"]
 
@@ -37,6 +38,7 @@ def _replica_local_variable(kind, index, shape, reference):
     )
 
 
+@expose(lambda self: self.settings)
 class GSNRAggregator(tf.Module):
     """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
 
@@ -73,36 +75,25 @@ class GSNRAggregator(tf.Module):
     Or as the ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
     :attr:`gradient_aggregator`).
 
-    Args:
-      gamma: float in (0, 1], lower bound of the factor (eq. 9). Default 0.1.
-      beta_3: float in [0, 1), decay of the factor's momentum; 0 = the raw factor.
-        Default 0.
-      statistics_interval: int >= 0, in steps: diagnostics are recorded on steps that
-        bring the step count to a multiple of it (0 = never). Default 1.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are
-        all-reduced in. bfloat16 sends 6 instead of 8 bytes per parameter (the gradients
-        stay float32) at the cost of a coarser variance: GSNRs above about
-        ``1 / (2**-8 k)`` count as undefined (factor 1); see
-        :func:`vrgd_tf.gsnr.sum_with_squares` and ``docs/cost_model.md``. Default
-        ``"float32"``.
-      factor_transforms: sequence of callables ``fn(factor, context) -> factor``, applied
-        in order to each variable's flat float32 factor after any smoothing and before it
-        multiplies ``S1`` (the extension point for research and custom rules;
-        ``context`` is a :class:`vrgd_tf.gsnr.FactorContext`: the variable, its index,
-        ``S1`` and ``S2`` on the factor's elements, ``k`` and the step). Each must return
-        float32 of the factor's shape, the same on every replica, with no Python side
-        effects (it is traced into the step). Not part of :meth:`get_config` (callables
-        do not serialize): pass them again when restoring from a config. Default none.
-        Example, a factor of one number per variable, the update norm ratio::
+    A ``factor_transforms`` entry gets the flat float32 factor of one variable and a
+    :class:`vrgd_tf.gsnr.FactorContext` (the variable, its index, ``S1`` and ``S2`` on the
+    factor's elements, ``k`` and the step) and returns float32 of the factor's shape, the
+    same on every replica, with no Python side effects (it is traced into the step).
+    Example, a factor of one number per variable, the update norm ratio::
 
-            def scalar(factor, context):
-                s1 = context.summed
-                ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
-                ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
-                return tf.fill(tf.shape(factor), ratio)
+        def scalar(factor, context):
+            s1 = context.summed
+            ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+            ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+            return tf.fill(tf.shape(factor), ratio)
 
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+        aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
 
+    Args (``gamma``, ``beta_3`` and ``statistics_interval`` also by position, in this order;
+    the settings are :class:`vrgd_tf.settings.VRGDSettings`):
+      {settings}
+      settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by
+        one (not combined with them).
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -124,24 +115,16 @@ class GSNRAggregator(tf.Module):
 
     def __init__(
         self,
-        gamma=0.1,
-        beta_3=0.0,
-        statistics_interval=1,
-        *,
-        squares_dtype="float32",
-        factor_transforms=(),
+        *args,
+        settings: Optional[VRGDSettings] = None,
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
         name="gsnr_aggregator",
+        **kwargs,
     ):
         super().__init__(name=name)
-        self.gamma = gsnr.validate_gamma(gamma)
-        self.beta_3 = gsnr.validate_beta_3(beta_3)
-        self.statistics_interval = validation.check_count(
-            "statistics_interval", statistics_interval
-        )
-        self.squares_dtype = gsnr.validate_squares_dtype(squares_dtype)
+        self.settings = _settings(args, kwargs, settings)
         self._owner = owner or name
         self._standalone = make_variable is None
         self._make_variable = make_variable or _replica_local_variable
@@ -149,9 +132,7 @@ class GSNRAggregator(tf.Module):
         self.state = None
         self._steps = None
         self._warned = set()
-        self._local = threading.local()  # per replica thread: k of the traced step
         self._num_samples = "several"
-        self.factor_transforms = gsnr.validate_factor_transforms(factor_transforms)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -384,19 +365,56 @@ class GSNRAggregator(tf.Module):
         return out
 
     def get_config(self) -> dict:
-        """``gamma``, ``beta_3``, ``statistics_interval``, ``squares_dtype`` and ``name``: the
+        """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`) and ``name``: the
         constructor's serializable arguments (:meth:`from_config` inverts it)."""
-        return {
-            "gamma": self.gamma,
-            "beta_3": self.beta_3,
-            "statistics_interval": self.statistics_interval,
-            "squares_dtype": self.squares_dtype,
-            "name": self.name,
-        }
+        return dict(self.settings.get_config(), name=self.name)
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
         return cls(**config)
+
+
+#: The settings :class:`GSNRAggregator` takes by position, in order.
+_POSITIONAL = ("gamma", "beta_3", "statistics_interval")
+
+GSNRAggregator.__doc__ = GSNRAggregator.__doc__.replace("      {settings}\n", args_doc(DEFAULTS))
+GSNRAggregator.__signature__ = inspect.Signature(
+    [
+        p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) if p.name in _POSITIONAL else p
+        for p in signature_parameters(DEFAULTS)
+    ]
+    + [
+        p
+        for p in inspect.signature(GSNRAggregator.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+)
+
+
+def _settings(args, kwargs, settings) -> VRGDSettings:
+    """The aggregator's settings from its positional and keyword arguments (checked)."""
+    if len(args) > len(_POSITIONAL):
+        raise TypeError(
+            f"GSNRAggregator takes at most {len(_POSITIONAL)} settings by position "
+            f"({', '.join(_POSITIONAL)}); got {len(args)}."
+        )
+    given = dict(zip(_POSITIONAL, args))
+    twice = sorted(set(given) & set(kwargs))
+    if twice:
+        raise TypeError(f"GSNRAggregator got {twice} both by position and by keyword.")
+    given.update(kwargs)
+    if settings is None:
+        return DEFAULTS.replace(**given)
+    if given:
+        raise TypeError(
+            f"GSNRAggregator: pass either `settings` or the settings one by one, not both "
+            f"(got `settings` and {sorted(given)})."
+        )
+    if not isinstance(settings, VRGDSettings):
+        raise TypeError(
+            f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
+        )
+    return settings
 
 
 def _default_var_key(variable):

@@ -127,8 +127,8 @@ def bert_lamb_optimization(
     *,
     power: float = 0.5,
     weight_decay_rate: float = 0.01,
-    gamma: float = 0.1,
-    beta_3: float = 0.9,
+    gamma: float = configs.VRGDLambConfig.gamma,
+    beta_3: float = configs.VRGDLambConfig.beta_3,
     use_vrgd: bool = True,
     global_clipnorm=1.0,
 ) -> configs.VRGDOptimizationConfig:
@@ -147,7 +147,7 @@ def bert_lamb_optimization(
         while ``t / T < proportion``).
       power: decay power (NVIDIA: 0.5).
       weight_decay_rate: LAMB decoupled weight decay (NVIDIA: 0.01).
-      gamma, beta_3: VRGD arguments (paper: 0.1, 0.9).
+      gamma, beta_3: VRGD settings; default :class:`configs.VRGDLambConfig`'s (0.1, 0.9).
       use_vrgd: select ``vrgd_lamb`` (True) or ``lamb``.
       global_clipnorm: clip the global gradient norm (NVIDIA's FusedLAMB: 1.0) or None.
 
@@ -194,8 +194,8 @@ def resnet_lars_optimization(
     peak_learning_rate: float = None,
     warmup_epochs: float = None,
     weight_decay_rate: float = 2e-4,
-    gamma: float = 0.1,
-    beta_3: float = 0.0,
+    gamma: float = configs.VRGDLarsConfig.gamma,
+    beta_3: float = configs.VRGDLarsConfig.beta_3,
     use_vrgd: bool = True,
     num_examples: int = IMAGENET_TRAIN_EXAMPLES,
 ) -> configs.VRGDOptimizationConfig:
