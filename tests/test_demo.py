@@ -16,6 +16,7 @@ from absl.testing import flagsaver
 
 from vrgd_tf import devices
 from vrgd_tf.demo import digits_large_batch as demo
+from vrgd_tf.demo import reporting
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -152,7 +153,7 @@ class DigitsDemoTest(tf.test.TestCase):
         )
 
     def test_table_lists_every_run(self):
-        table = demo.format_table(self.results.rows)
+        table = reporting.format_table(self.results.rows)
         self.assertIn("lamb", table)
         self.assertIn("vrgd_lars", table)
         self.assertLen(table.splitlines(), 2 + len(self.results.rows))

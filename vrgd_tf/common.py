@@ -322,7 +322,7 @@ class VRGDCommon:
         Each replica computed the gradients of ``m = num_groups`` micro-batches at the same
         weights; it passes their sum (as ``apply_gradients`` would get the whole batch's
         gradient) and the sum of their element-wise squares. VRGD then has
-        ``k = replicas * m`` GSNR samples, with one all-reduce as usual. ``m = 1`` with the
+        ``k = replicas * m`` GSNR samples, with the collectives of one step as usual. ``m = 1`` with the
         squares of the gradients is ``apply_gradients`` up to float rounding (XLA or grappler
         may fuse the squares differently). Call where
         ``apply_gradients`` is called (the replica context).

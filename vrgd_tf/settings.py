@@ -74,8 +74,8 @@ class VRGDSettings:
         "int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``) are computed and "
         "stored on the steps that bring the step count (``iterations``) to a multiple of "
         "it (every step for 1, never for 0); other steps skip that work. Set it to the "
-        "summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``, Model Garden's "
-        "``trainer.steps_per_loop``).",
+        "summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``; with Model Garden a "
+        "divisor of ``trainer.steps_per_loop``).",
     )
     squares_dtype: str = _setting(
         "float32",

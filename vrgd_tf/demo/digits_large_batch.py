@@ -40,10 +40,6 @@ import vrgd_tf
 from vrgd_tf import devices
 from vrgd_tf.demo import config_flags, reporting
 
-# Public here as before (they live in vrgd_tf.demo.reporting):
-RunResult, DemoResults = reporting.RunResult, reporting.DemoResults
-evaluate_accuracy, format_table = reporting.evaluate_accuracy, reporting.format_table
-
 #: ``--optimizers`` names: (class, learning-rate family).
 OPTIMIZERS = {
     "lamb": (vrgd_tf.Lamb, "lamb"),

@@ -151,7 +151,7 @@ class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
       vrgd_micro_batches: int >= 1, the number ``m`` of micro-batch groups each replica
         splits its per-replica batch into (our extension of arXiv 2309.13681, Algorithm 1:
         the ``k`` GSNR samples of a step are ``replicas * m`` micro-batch gradients, taken at
-        the same weights, with one all-reduce per step). 1 (default): one sample per
+        the same weights, with no extra collective). 1 (default): one sample per
         replica, Model Garden's own train step. ``m > 1`` needs a VRGD optimizer type
         (``vrgd_*``) and a per-replica batch (``task.train_data.global_batch_size /
         replicas``) that is a multiple of ``m``; :class:`vrgd_tf.model_garden.trainer.
