@@ -67,7 +67,7 @@ def class_doc(defaults: settings.VRGDSettings) -> str:
     return _ARGS_HEAD + settings.args_doc(defaults) + _ARGS_TAIL
 
 
-def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
+def vrgd_class(*, default_beta_3=settings.DEFAULTS.beta_3, register=None, module=None):
     """Class decorator that completes a VRGD class written as ``class VRGDX(Mixin, Base)``.
 
     Sets ``_vrgd_base_class`` (the last base), :attr:`VRGDCommon.default_settings` (the

@@ -28,6 +28,7 @@ from vrgd_tf import gsnr, validation
 __all__ = [
     "VRGDSettings",
     "DEFAULTS",
+    "ADAPTIVE_BETA_3",
     "NAMES",
     "CONFIG_KEYS",
     "args_doc",
@@ -126,6 +127,10 @@ class VRGDSettings:
 #: The defaults, as a :class:`VRGDSettings` (the aggregator's; see each class's
 #: ``default_settings``).
 DEFAULTS = VRGDSettings()
+#: ``beta_3`` of the paper's VR-Adam and VR-LAMB (Section 4.2): the default of the Adam-type
+#: classes of both families (``VRGDAdam``, ``VRGDLamb``); the others default to
+#: ``DEFAULTS.beta_3`` (the raw factor, as the paper's VR-SGD and VR-LARS).
+ADAPTIVE_BETA_3 = 0.9
 #: The setting names, in order.
 NAMES: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(VRGDSettings))
 #: The settings that are config keys (``get_config``, Model Garden), in order.

@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 from keras.src import backend
 
-from vrgd_tf import common, keras_internals, validation, versions
+from vrgd_tf import common, keras_internals, settings, validation, versions
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
@@ -140,26 +140,30 @@ class _KerasVRGDMixin(common.VRGDCommon):
         return reduced
 
 
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
+def make_vrgd_optimizer(
+    base_class, *, name=None, default_beta_3=settings.DEFAULTS.beta_3, register=True, doc=None
+):
     """Returns the VRGD version of a Keras 3 optimizer class.
 
-    The new class takes the base class's arguments plus ``gamma`` and ``beta_3``, and
-    differs from it only in how gradients are aggregated across replicas (see
-    :mod:`vrgd_tf.gsnr`). Its update rule, slots and schedules are the base class's.
+    The new class takes the base class's arguments plus the VRGD settings
+    (:class:`vrgd_tf.settings.VRGDSettings`), and differs from it only in how gradients are
+    aggregated across replicas (see :mod:`vrgd_tf.gsnr`). Its update rule, slots and
+    schedules are the base class's.
 
     Args:
       base_class: a subclass of ``keras.optimizers.Optimizer`` (TensorFlow backend), e.g.
         ``keras.optimizers.AdamW`` or ``keras.optimizers.Lion``.
       name: the new class's name; default ``"VRGD" + base_class.__name__``.
-      default_beta_3: float in [0, 1), the default of ``beta_3`` (the paper: 0.9 for
-        Adam-type optimizers, 0 for SGD-type ones).
+      default_beta_3: float in [0, 1), the default of ``beta_3`` (the paper:
+        :data:`vrgd_tf.settings.ADAPTIVE_BETA_3` for Adam-type optimizers, 0 for SGD-type
+        ones).
       register: register the class as Keras serializable under package ``"vrgd_tf"``, so
         ``keras.models.load_model`` finds it without ``custom_objects``.
       doc: the class docstring.
 
     Returns:
-      The new class. Its constructor raises ``ValueError``/``TypeError`` for
-      ``gamma`` outside (0, 1], ``beta_3`` outside [0, 1), and out-of-range base arguments;
+      The new class. Its constructor raises ``ValueError``/``TypeError`` for a VRGD setting
+      or a base argument out of its range;
       its ``build`` raises ``ValueError`` for a bfloat16/float16 variable that the base
       rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
 
@@ -194,7 +198,9 @@ class VRGDSGD(_KerasVRGDMixin, keras.optimizers.SGD):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.optimizers"
+)
 class VRGDAdam(_KerasVRGDMixin, keras.optimizers.Adam):
     """VR-Adam (Section 4.2): `keras.optimizers.Adam` (`learning_rate`, `beta_1`, `beta_2`,
     `epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.
@@ -214,7 +220,9 @@ class VRGDLars(_KerasVRGDMixin, Lars):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.optimizers"
+)
 class VRGDLamb(_KerasVRGDMixin, Lamb):
     """VR-LAMB: `vrgd_tf.optimizers.Lamb` (You et al. 2020 Algorithm 2 as in Model Garden:
     `learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,
