@@ -1,7 +1,7 @@
-"""Statistics of the Fashion-MNIST evidence protocol (benchmarks/README.md), with scipy.stats.
+"""Statistics of the Fashion-MNIST evidence protocol (studies/evidence/ROUND2_PROTOCOL.md), with scipy.stats.
 
 Everything here is pure NumPy/SciPy on lists of numbers, so the verdict rules are unit-tested
-on hand-made deltas (tests/test_evidence_stats.py). Accuracies are in percentage points (pp)
+on hand-made deltas (studies/tests/test_evidence_stats.py). Accuracies are in percentage points (pp)
 wherever a margin is involved.
 
 Primary endpoint: the paired deltas ``d_i = VR_i - base_i`` (same seed: same initial weights

@@ -1,10 +1,11 @@
-"""The Fashion-MNIST evidence section of docs/results.md, from benchmarks/results/evidence/.
+"""The round-2 Fashion-MNIST evidence section of docs/results.md, from
+studies/evidence/results/round2/.
 
 Entry point :func:`render` (the report's section interface); :func:`section` returns the
 markdown and writes its plots. Whatever
 data exist are shown; a missing phase reads "not yet run", too few pairs "inconclusive".
-The verdict words and rules are the pre-registered ones (benchmarks/README.md,
-benchmarks/evidence_stats.py).
+The verdict words and rules are the pre-registered ones (studies/evidence/ROUND2_PROTOCOL.md,
+studies/evidence/evidence_stats.py).
 """
 
 import json
@@ -14,6 +15,9 @@ import os
 import evidence_stats as es
 import numpy as np
 
+RESULTS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "results"
+)
 PAIR_LABEL = {"momentum": ("Momentum", "VR-Momentum"), "lamb": ("LAMB", "VR-LAMB")}
 SMALL, LARGE = 256, 4096
 COLORS = {"base": "tab:blue", "vr": "tab:red", "vr_shuffled": "tab:gray"}
@@ -716,11 +720,9 @@ def headline(results_dir, pair="momentum"):
 def render(ctx, lines):
     """Appends the section for ``ctx`` (:class:`report.common.Context`) to ``lines`` and the
     evidence headline to ``ctx.evidence_headline``; the phase JSONs are read from
-    ``benchmarks/results/evidence/`` (``evidence_quick/`` with ``--quick``, and no section
+    ``studies/evidence/results/round2/`` (``round2_quick/`` with ``--quick``, and no section
     if that does not exist)."""
-    from report.common import RESULTS
-
-    results_dir = os.path.join(RESULTS, "evidence_quick" if ctx.quick else "evidence")
+    results_dir = os.path.join(RESULTS, "round2_quick" if ctx.quick else "round2")
     if ctx.quick and not os.path.isdir(results_dir):
         return  # `evidence.py --quick` was not run: no section in the quick report
     lines.append(section(results_dir, ctx.img_dir, ctx.img_rel))
