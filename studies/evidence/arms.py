@@ -17,14 +17,7 @@ every replica computes the same factor and the step stays XLA-compilable.
 """
 
 import tensorflow as tf
-
-ARMS = ("base", "vr", "scalar_vr", "shuffled_nm")
-ARM_LABEL = {
-    "base": "base",
-    "vr": "VR",
-    "scalar_vr": "scalar-VR",
-    "shuffled_nm": "shuffled (norm-matched)",
-}
+from protocol3 import ARMS
 
 
 def _norm_ratio(num_vec, den_vec):

@@ -7,11 +7,18 @@ import math
 import os
 import subprocess
 
-from arms import ARMS
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOCOL = os.path.join(HERE, "PROTOCOL.md")
 
+#: The arms, in the order they run at each rate and seed (studies/evidence/arms.py builds
+#: their optimizers).
+ARMS = ("base", "vr", "scalar_vr", "shuffled_nm")
+ARM_LABEL = {
+    "base": "base",
+    "vr": "VR",
+    "scalar_vr": "scalar-VR",
+    "shuffled_nm": "shuffled (norm-matched)",
+}
 BATCH = 4096
 K = 8  # GSNR samples per step
 GAMMA = 0.1
