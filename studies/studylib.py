@@ -315,6 +315,61 @@ class Trainer:
         return float(np.dot(accs, w)), float(np.dot(losses, w))
 
 
+def _vr_diagnostics(optimizer, epoch):
+    """``{"epoch", "stats"}`` of the VR diagnostics of the last step, or None for a base."""
+    if not hasattr(optimizer, "vrgd_statistics"):
+        return None
+    stats = optimizer.vrgd_statistics()
+    return {
+        "epoch": epoch,
+        "stats": {
+            name: {f: round(v, 6) for f, v in fields.items()} for name, fields in stats.items()
+        },
+    }
+
+
+def train_epochs(trainer, data, seed, batch, epochs, subset):
+    """Trains ``epochs`` epochs of ``len(x) // batch`` steps, the data order of epoch ``e``
+    ``numpy.random.default_rng([seed, e]).permutation``; stops early on a non-finite
+    training loss (the rest of the run would be NaN).
+
+    Returns:
+      ``(curve, diagnostics, train_seconds)``: per epoch validation accuracy (%) and loss
+      on all of ``x_val``, training accuracy and loss on the first ``subset`` examples, and
+      the VR diagnostics of its last step (none for a base optimizer).
+    """
+    import math
+    import time
+
+    n = data["x"].shape[0]
+    steps = n // batch
+    sub = min(subset, n)
+    curve, diag, train_s = [], [], 0.0
+    for epoch in range(epochs):
+        perm = np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
+        t0 = time.time()
+        trainer.train_steps(data["tf_x"], data["tf_y"], perm, 0, batch, steps)
+        train_s += time.time() - t0
+        val_acc, val_loss = trainer.evaluate(data["tf_x_val"], data["tf_y_val"])
+        tr_acc, tr_loss = trainer.evaluate(data["tf_x"][:sub], data["tf_y"][:sub])
+        curve.append(
+            {
+                "epoch": epoch + 1,
+                "step": (epoch + 1) * steps,
+                "val_acc": round(100 * val_acc, 3),
+                "val_loss": round(val_loss, 5),
+                "train_acc": round(100 * tr_acc, 3),
+                "train_loss": round(tr_loss, 5),
+            }
+        )
+        d = _vr_diagnostics(trainer.optimizer, epoch + 1)
+        if d is not None:
+            diag.append(d)
+        if not math.isfinite(tr_loss):
+            break
+    return curve, diag, train_s
+
+
 # --------------------------------------------------------------------------------------------
 # Results files
 # --------------------------------------------------------------------------------------------

@@ -162,7 +162,6 @@ class Runner:
 
     def run(self, pair, side, batch, lr, seed, shuffled=False):
         """One training run; returns its record."""
-        import numpy as np
         import studylib
 
         if not self.budget.fits(batch):
@@ -181,40 +180,10 @@ class Runner:
         trainer.reset(weights, lr, warmup, total)
         if shuffled:
             trainer.shuffle_seed.assign(seed)
-        sub = min(FLAGS.train_eval_subset, n)
-        curve, diag = [], []
         t0 = time.time()
-        train_s = 0.0
-        for epoch in range(FLAGS.epochs):
-            perm = np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
-            t1 = time.time()
-            trainer.train_steps(d["tf_x"], d["tf_y"], perm, 0, batch, steps_per_epoch)
-            train_s += time.time() - t1
-            val_acc, val_loss = trainer.evaluate(d["tf_x_val"], d["tf_y_val"])
-            tr_acc, tr_loss = trainer.evaluate(d["tf_x"][:sub], d["tf_y"][:sub])
-            curve.append(
-                {
-                    "epoch": epoch + 1,
-                    "step": (epoch + 1) * steps_per_epoch,
-                    "val_acc": round(100 * val_acc, 3),
-                    "val_loss": round(val_loss, 5),
-                    "train_acc": round(100 * tr_acc, 3),
-                    "train_loss": round(tr_loss, 5),
-                }
-            )
-            if hasattr(trainer.optimizer, "vrgd_statistics"):
-                stats = trainer.optimizer.vrgd_statistics()
-                diag.append(
-                    {
-                        "epoch": epoch + 1,
-                        "stats": {
-                            name: {f: round(v, 6) for f, v in fields.items()}
-                            for name, fields in stats.items()
-                        },
-                    }
-                )
-            if not math.isfinite(tr_loss):
-                break  # diverged: the rest of the run is NaN
+        curve, diag, train_s = studylib.train_epochs(
+            trainer, d, seed, batch, FLAGS.epochs, FLAGS.train_eval_subset
+        )
         train_acc, train_loss = trainer.evaluate(d["tf_x"], d["tf_y"])
         test_acc, test_loss = trainer.evaluate(d["tf_x_test"], d["tf_y_test"])
         wall = time.time() - t0

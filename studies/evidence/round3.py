@@ -143,7 +143,9 @@ class Runner:
         trainer.reset(weights, lr, steps * p3.WARMUP_EPOCHS, steps * self.epochs)
         seed_var.assign(seed)
         t0 = time.time()
-        curve, diag = train_epochs(trainer, self.data, seed, steps, self.epochs)
+        curve, diag, _ = studylib.train_epochs(
+            trainer, self.data, seed, p3.BATCH, self.epochs, p3.TRAIN_EVAL_SUBSET
+        )
         final = final_metrics(trainer, self.data, curve, with_test)
         wall = time.time() - t0
         self.budget.record(wall)
@@ -166,45 +168,6 @@ class Runner:
             "provenance": provenance.snapshot(ignore=(results_prefix(),)),
             "load_average": list(os.getloadavg()),
         }
-
-
-def train_epochs(trainer, data, seed, steps, epochs):
-    """Trains ``epochs`` epochs; per epoch validation and training-subset metrics and the
-    VR diagnostics of its last step. Stops early on a non-finite training loss."""
-    import numpy as np
-
-    n = data["x"].shape[0]
-    sub = min(p3.TRAIN_EVAL_SUBSET, n)
-    curve, diag = [], []
-    for epoch in range(epochs):
-        perm = np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
-        trainer.train_steps(data["tf_x"], data["tf_y"], perm, 0, p3.BATCH, steps)
-        val_acc, val_loss = trainer.evaluate(data["tf_x_val"], data["tf_y_val"])
-        tr_acc, tr_loss = trainer.evaluate(data["tf_x"][:sub], data["tf_y"][:sub])
-        curve.append(
-            {
-                "epoch": epoch + 1,
-                "step": (epoch + 1) * steps,
-                "val_acc": round(100 * val_acc, 3),
-                "val_loss": round(val_loss, 5),
-                "train_acc": round(100 * tr_acc, 3),
-                "train_loss": round(tr_loss, 5),
-            }
-        )
-        if hasattr(trainer.optimizer, "vrgd_statistics"):
-            stats = trainer.optimizer.vrgd_statistics()
-            diag.append(
-                {
-                    "epoch": epoch + 1,
-                    "stats": {
-                        name: {f: round(v, 6) for f, v in fields.items()}
-                        for name, fields in stats.items()
-                    },
-                }
-            )
-        if not math.isfinite(tr_loss):
-            break
-    return curve, diag
 
 
 def final_metrics(trainer, data, curve, with_test):
