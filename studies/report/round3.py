@@ -209,9 +209,16 @@ def plot_tuning(tune, pair, grid, path, effective=False):
         else:
             ax.scatter([], [], color=COLORS[a], label=ARM_LABEL[a])
     ax.set_xscale("log")
+    if not effective:
+        ax.set_xticks(grid, [f"{lr:.3g}" for lr in grid], fontsize=7)
+        ax.minorticks_off()
     ax.set_xlabel("effective rate (peak × mean update norm ratio)" if effective else "peak rate")
     ax.set_ylabel("final validation accuracy %")
-    ax.set_title(f"Round 3 tuning, {PAIR_LABEL[pair]}, batch {p3.BATCH}")
+    done, planned, _, _ = tuning_progress(tune, pair)
+    ax.set_title(
+        f"Round 3 tuning, {PAIR_LABEL[pair]}, batch {p3.BATCH}"
+        + ("" if done >= planned else f" (in progress: {done} of {planned} runs)")
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
