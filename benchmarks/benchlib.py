@@ -203,8 +203,10 @@ def fashion_cnn(num_classes=10):
 def load_fashion_mnist(data_dir=None, split_seed=0):
     """Fashion-MNIST 55k train / 5k validation / 10k test as a benchlib data dict
     (``x``/``y`` train, ``x_val``/``y_val``, ``x_test``/``y_test``); see
-    :mod:`vrgd_tf.data.fashion_mnist` for the files and the checks."""
-    from vrgd_tf.data import fashion_mnist
+    ``examples/data/fashion_mnist.py`` for the files and the checks."""
+    examples_data = os.path.join(os.path.dirname(RESULTS_DIR), os.pardir, "examples", "data")
+    sys.path.insert(0, os.path.abspath(examples_data))
+    import fashion_mnist
 
     d = fashion_mnist.load(data_dir or fashion_mnist.DEFAULT_DIR, split_seed=split_seed)
     return {
