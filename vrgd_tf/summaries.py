@@ -178,9 +178,9 @@ def all_weights_statistics(optimizer, variables):
         VRGD state (not trained by ``optimizer``) are left out.
 
     Returns:
-      ``{"frac_at_gamma": float in [0, 1], "frac_at_one": float in [0, 1],
-      "mean_gsnr_over_variables": float >= 0}``, or None for a non-VRGD optimizer, one not
-      built yet, or no element counted.
+      A dict of floats, ``"frac_at_gamma"`` and ``"frac_at_one"`` in [0, 1] and
+      ``"mean_gsnr_over_variables"`` >= 0, or None for a non-VRGD optimizer, one not built
+      yet, or no element counted.
     """
     optimizer = unwrap_optimizer(optimizer)
     if not hasattr(optimizer, "vrgd_aggregator"):
@@ -217,7 +217,7 @@ def write_gsnr_summaries(optimizer, step, writer=None):
 
     Raises:
       ImportError: the ``tensorboard`` package is not installed (TensorFlow >= 2.21 does
-        not install it), see :func:`require_tensorboard`.
+        not install it), see ``require_tensorboard``.
     """
     require_tensorboard("write_gsnr_summaries")
     logs = summary_logs(optimizer)

@@ -211,7 +211,7 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       The new class. Its constructor raises ``ValueError``/``TypeError`` for
       ``gamma`` outside (0, 1], ``beta_3`` outside [0, 1), and out-of-range base arguments;
       its ``build`` raises ``ValueError`` for a bfloat16/float16 variable that the base
-      rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.
