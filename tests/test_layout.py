@@ -1,6 +1,7 @@
 """The library stands alone: nothing in vrgd_tf/ imports the examples, benchmarks, studies or
 tests, the modules moved out of it say where they went, and the script folders that share one
-``sys.path`` in this suite (``tests/conftest.py``) have distinct module names."""
+``sys.path`` in this suite (``tests/conftest.py``, the benchmarks' tests) have distinct module
+names."""
 
 import ast
 import glob
@@ -12,7 +13,9 @@ import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Folders of scripts imported by file name (their folder on ``sys.path``), not packages.
-SCRIPT_FOLDERS = ("examples/digits", "examples/data", "benchmarks", "studies", "tests")
+SCRIPT_FOLDERS = ("examples/digits", "examples/data", "benchmarks", "studies", "studies/evidence")
+#: The folders on ``sys.path`` together in this suite's process (``studies/tests`` is another).
+SHARED_PATH = ("examples/digits", "examples/data", "benchmarks", "tests")
 
 
 def _module_names(folder):
@@ -36,7 +39,7 @@ def _imported_top_names(path):
 class LayoutTest(tf.test.TestCase):
     def test_the_library_imports_nothing_outside_it(self):
         outside = {"examples", "benchmarks", "studies", "tests"}
-        for folder in SCRIPT_FOLDERS:
+        for folder in SCRIPT_FOLDERS + ("tests", "studies/tests"):
             outside |= _module_names(folder)
         self.assertIn("digits_large_batch", outside)
         self.assertIn("prepare_model_garden_data", outside)
@@ -49,7 +52,7 @@ class LayoutTest(tf.test.TestCase):
 
     def test_script_module_names_are_unique_across_folders(self):
         seen = {}
-        for folder in SCRIPT_FOLDERS:
+        for folder in SHARED_PATH:
             for name in _module_names(folder) - {"__init__", "conftest"}:
                 self.assertNotIn(name, seen, f"{folder}/{name}.py and {seen.get(name)}/")
                 seen[name] = folder
