@@ -299,10 +299,10 @@ class OneDeviceTest(tf.test.TestCase):
 
     def test_digits_model_of_the_demo_trains_with_vrgd_on_one_device(self):
         """The issue's check: fit on one CPU device with 4 groups trains the demo's MLP
-        (vrgd_tf.demo.digits_large_batch) on scikit-learn's real digits with VR-LAMB
+        (examples/digits/digits_large_batch.py) on scikit-learn's real digits with VR-LAMB
         active: the loss falls and every variable has a defined GSNR."""
-        from vrgd_tf.demo import digits_large_batch as demo
-        from vrgd_tf.demo import reporting
+        import digits_large_batch as demo
+        import digits_reporting as reporting
 
         config = demo.DemoConfig(
             replicas=1, global_batch=256, epochs=3, warmup_epochs=1, optimizers=("vrgd_lamb",)

@@ -52,42 +52,56 @@ class GSNRAggregator(tf.Module):
     ``beta_3 > 0`` (Section 4.2, *our reading*), and returns ``factor * S1`` (eq. 10): the
     summed gradient that the base update rule then uses.
 
-    Example (custom loop with a tf_keras optimizer, which can skip its own all-reduce;
-    Keras 3 optimizers cannot, so there use ``vrgd_tf.make_vrgd_optimizer(cls)``, which
-    aggregates with this class)::
+    Example: a custom training step with a tf_keras optimizer, which can skip its own
+    all-reduce (Keras 3 optimizers cannot: use ``vrgd_tf.make_vrgd_optimizer(cls)`` there,
+    which aggregates with this class), on 2 logical CPU replicas. Replica 0's gradient is
+    ``[1, 1]`` and replica 1's ``[3, -0.5]``: the replicas agree on element 0 (GSNR 4) more
+    than on element 1 (GSNR 1/9), so the factor ``clip(r / mean(r), 0.1, 1)`` is
+    ``[1, 0.1]`` and the summed gradient ``S1 = [4, 0.5]`` becomes ``[4, 0.05]``:
 
-        with strategy.scope():
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
-            aggregator.build(model.trainable_variables)
-            optimizer = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
+    >>> import tensorflow as tf
+    >>> import tf_keras
+    >>> import vrgd_tf
+    >>> from vrgd_tf import devices
+    >>> strategy = devices.cpu_strategy(2)
+    >>> with strategy.scope():
+    ...     w = tf.Variable([0.0, 0.0])
+    ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+    ...     aggregator.build([w])
+    ...     optimizer = tf_keras.optimizers.legacy.SGD(0.1)
+    >>> @tf.function
+    ... def train_step(inputs):
+    ...     def replica_step(x):
+    ...         with tf.GradientTape() as tape:
+    ...             loss = tf.reduce_sum(w * x)  # this replica's gradient is x
+    ...         grads = tape.gradient(loss, [w])
+    ...         summed = aggregator(grads, [w])  # all-reduce with the squares, GSNR factor
+    ...         optimizer.apply_gradients(
+    ...             zip(summed, [w]), experimental_aggregate_gradients=False
+    ...         )
+    ...         return summed[0]
+    ...     return strategy.run(replica_step, args=(inputs,))
+    >>> inputs = strategy.experimental_distribute_values_from_function(
+    ...     lambda ctx: tf.constant([[1.0, 1.0], [3.0, -0.5]])[ctx.replica_id_in_sync_group]
+    ... )
+    >>> print(strategy.experimental_local_results(train_step(inputs))[0].numpy())
+    [4.   0.05]
+    >>> print(w.numpy())  # SGD with learning rate 0.1 on the variance-reduced sum
+    [-0.4   -0.005]
+    >>> stats = aggregator.statistics()["Variable"]
+    >>> print(round(stats["mean_gsnr"], 4), stats["frac_at_gamma"], stats["frac_at_one"])
+    2.0556 0.5 0.5
 
-        @tf.function
-        def train_step(x, y):  # x, y from strategy.experimental_distribute_dataset
-            def replica_step(x, y):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(y, model(x, training=True)) / global_batch
-                grads = tape.gradient(loss, model.trainable_variables)
-                summed = aggregator(grads, model.trainable_variables)
-                optimizer.apply_gradients(zip(summed, model.trainable_variables),
-                                          experimental_aggregate_gradients=False)
-            strategy.run(replica_step, args=(x, y))
-
-    Or as the ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
+    In a real step the loss is divided by the global batch size, so that the summed gradient
+    is the batch mean, as ``apply_gradients`` expects. The aggregator can also be the
+    ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
     :attr:`gradient_aggregator`).
 
     A ``factor_transforms`` entry gets the flat float32 factor of one variable and a
     :class:`vrgd_tf.gsnr.FactorContext` (the variable, its index, ``S1`` and ``S2`` on the
     factor's elements, ``k`` and the step) and returns float32 of the factor's shape, the
-    same on every replica, with no Python side effects (it is traced into the step).
-    Example, a factor of one number per variable, the update norm ratio::
-
-        def scalar(factor, context):
-            s1 = context.summed
-            ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
-            ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
-            return tf.fill(tf.shape(factor), ratio)
-
-        aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+    same on every replica, with no Python side effects (it is traced into the step); see
+    the second example below.
 
     Args (``gamma``, ``beta_3`` and ``statistics_interval`` also by position, in this order;
     the settings are :class:`vrgd_tf.settings.VRGDSettings`):
@@ -111,6 +125,24 @@ class GSNRAggregator(tf.Module):
 
     Raises:
       ValueError, TypeError: at construction, an argument outside its range (named).
+
+    Example: a factor transform that makes the factor one number per variable, the update
+    norm ratio ``||f * S1|| / ||S1||`` (here ``||[4, 0.05]|| / ||[4, 0.5]|| = 0.99236``), on
+    the replicas and gradients of the first example:
+
+    >>> def scalar(factor, context):
+    ...     s1 = context.summed
+    ...     ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+    ...     ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+    ...     return tf.fill(tf.shape(factor), ratio)
+    >>> with strategy.scope():
+    ...     scalar_aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+    ...     scalar_aggregator.build([w])
+    >>> @tf.function
+    ... def summed_gradient(inputs):
+    ...     return strategy.run(lambda x: scalar_aggregator([x], [w])[0], args=(inputs,))
+    >>> print(strategy.experimental_local_results(summed_gradient(inputs))[0].numpy())
+    [3.9694214  0.49617767]
     """
 
     def __init__(
@@ -345,13 +377,13 @@ class GSNRAggregator(tf.Module):
           (mean factor applied, after smoothing: the step's scale relative to the base
           optimizer), ``norm_ratio`` (``||f * S1|| / ||S1||``, the length of the
           variance-reduced summed gradient over the plain one, in [gamma, 1]; 1 when
-          ``S1 = 0``); and ``has_gsnr`` (bool, :func:`has_gsnr`: whether a recording step
+          ``S1 = 0``); and ``has_gsnr`` (bool, :func:`~vrgd_tf.aggregator.has_gsnr`: whether a recording step
           measured the variable; the rows without are zeros and stay out of the summaries
           over variables, ``docs/spec.md`` section 4). Empty before :meth:`build`. Values of
           the last recording step (see ``statistics_interval``) with finite gradients, zeros
           before that. Variable names
           are the variables' paths without the leading scopes that all of them share
-          (:func:`vrgd_tf.naming.display_names`), so they stay the same when a model is
+          (``vrgd_tf.naming.display_names``), so they stay the same when a model is
           saved and loaded again.
 
         Logs the inert-step warning if the recorded step had no defined GSNR in any
@@ -375,6 +407,8 @@ class GSNRAggregator(tf.Module):
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
+        """A new, unbuilt aggregator from a :meth:`get_config` dict (``factor_transforms``,
+        ``owner``, ``make_variable`` and ``var_key`` take their defaults unless added)."""
         return cls(**config)
 
 
@@ -433,8 +467,8 @@ def has_gsnr(row) -> bool:
     section 4).
 
     Args:
-      row: mapping with at least ``"mean_factor"`` (float), one row of :meth:`GSNRAggregator.
-        statistics`.
+      row: mapping with at least ``"mean_factor"`` (float), one row of
+        :meth:`vrgd_tf.GSNRAggregator.statistics`.
 
     Returns:
       ``row["mean_factor"] > 0``.

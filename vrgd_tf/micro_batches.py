@@ -5,8 +5,9 @@ gradient samples per step; the paper's samples are the ``k`` data-parallel repli
 gradients. Our extension: each replica splits its per-replica batch into ``m`` micro-batch
 groups, computes their gradients at the same weights and hands the optimizer their sum and
 the sum of their element-wise squares
-(:meth:`vrgd_tf.common.VRGDCommon.apply_grouped_gradients`). Then ``k = replicas * m``
-with the collectives of one step as before, and one device with ``m >= 2`` does real VRGD.
+(:meth:`~vrgd_tf.VRGDLamb.apply_grouped_gradients`, a method of every VRGD optimizer). Then
+``k = replicas * m`` with the collectives of one step as before, and one device with
+``m >= 2`` does real VRGD.
 
 :func:`use_micro_batches` makes ``model.fit`` do this for a Sequential, functional or
 subclassed Keras 3 model, without a hand-written ``train_step``::

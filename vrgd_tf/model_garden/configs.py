@@ -154,8 +154,8 @@ class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
         the same weights, with no extra collective). 1 (default): one sample per
         replica, Model Garden's own train step. ``m > 1`` needs a VRGD optimizer type
         (``vrgd_*``) and a per-replica batch (``task.train_data.global_batch_size /
-        replicas``) that is a multiple of ``m``; :class:`vrgd_tf.model_garden.trainer.
-        VRGDTrainer` runs the task's train step once per group. With ``m >= 2`` one
+        replicas``) that is a multiple of ``m``; :class:`~vrgd_tf.model_garden.trainer.VRGDTrainer`
+        runs the task's train step once per group. With ``m >= 2`` one
         device (``--cpu_replicas=1``) runs real VRGD.
     """
 

@@ -165,7 +165,7 @@ def make_vrgd_optimizer(
       The new class. Its constructor raises ``ValueError``/``TypeError`` for a VRGD setting
       or a base argument out of its range;
       its ``build`` raises ``ValueError`` for a bfloat16/float16 variable that the base
-      rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.

@@ -17,10 +17,10 @@ has no coefficient that breaks in them). ``VRGDAdam`` and ``VRGDLamb`` (default 
 Adam and LAMB compute in the variable's dtype) and ``VRGDLars`` (Model Garden's LARS fails
 to trace for them) raise ``ValueError`` when their slots are created for such a variable,
 naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
-:func:`vrgd_tf.validation.check_variable_dtypes`.
+``vrgd_tf.validation.check_variable_dtypes``.
 
 The VRGD state is registered as slots ``vrgd_<kind>`` of the model variables, so that
-checkpoints key it like the base optimizer's slots; :class:`_VRGDSlotsMixin` makes every
+checkpoints key it like the base optimizer's slots; ``_VRGDSlotsMixin`` makes every
 slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
 designed shape and kind.
 
@@ -222,10 +222,10 @@ def make_vrgd_optimizer(
 
     Returns:
       The new class: the base class's arguments plus the VRGD settings
-      (:class:`vrgd_tf.settings.VRGDSettings`); its constructor raises
+      (``vrgd_tf.settings.VRGDSettings``); its constructor raises
       ``ValueError``/``TypeError`` for values outside their ranges.
       Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
-      base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      base rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.

@@ -1,6 +1,6 @@
 """What the demos record and write: Keras callbacks, the results table, JSON and plot.
 
-Used by :mod:`vrgd_tf.demo.digits_large_batch`, whose file keeps only the training job
+Used by :mod:`digits_large_batch`, whose file keeps only the training job
 (data, model, optimizers, ``model.fit``). Nothing here touches the training arithmetic.
 """
 
