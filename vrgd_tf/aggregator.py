@@ -103,8 +103,10 @@ class GSNRAggregator(tf.Module):
     same on every replica, with no Python side effects (it is traced into the step); see
     the second example below.
 
-    Args (``gamma``, ``beta_3`` and ``statistics_interval`` also by position, in this order;
-    the settings are :class:`vrgd_tf.settings.VRGDSettings`):
+    ``gamma``, ``beta_3`` and ``statistics_interval`` may also be given by position, in this
+    order; the settings are :class:`vrgd_tf.settings.VRGDSettings`.
+
+    Args:
       {settings}
       settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by
         one (not combined with them).

@@ -6,7 +6,7 @@ The hook: Keras 3's TensorFlow optimizer sums the per-replica gradients in the p
 is the narrowest one. The VRGD class overrides it with the GSNR step
 (:class:`vrgd_tf.GSNRAggregator`) and leaves the base update rule untouched. What the family
 takes from Keras internals, and the import-time guard that refuses an unsupported Keras, is
-in :mod:`vrgd_tf.keras_internals`; if a Keras upgrade stops calling the hook, the first
+in ``vrgd_tf.keras_internals``; if a Keras upgrade stops calling the hook, the first
 ``apply`` with more than one replica raises ``RuntimeError`` instead of silently training
 without variance reduction.
 """

@@ -221,7 +221,7 @@ def make_vrgd_optimizer(
       doc: the class docstring.
 
     Returns:
-      The new class: the base class's arguments plus the VRGD settings
+      The new class, taking the base class's arguments plus the VRGD settings
       (``vrgd_tf.settings.VRGDSettings``); its constructor raises
       ``ValueError``/``TypeError`` for values outside their ranges.
       Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
