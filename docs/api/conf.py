@@ -27,7 +27,10 @@ autodoc_class_signature = "separated"
 # Names outside this package (TensorFlow, Keras, Model Garden, typing, NumPy, inspect) have no pages
 # here and no network to fetch their inventories from: their references are not checked.
 nitpick_ignore_regex = [
-    (r"py:.*", r"(tf|tensorflow|keras|tf_keras|official|np|numpy|typing|absl|dataclasses|inspect)(\..*)?"),
+    (
+        r"py:.*",
+        r"(tf|tensorflow|keras|tf_keras|official|np|numpy|typing|absl|dataclasses|inspect)(\..*)?",
+    ),
     (r"py:.*", r"(Optional|Callable|Sequence|Dict|List|Tuple|Type|Any|Union|NamedTuple)"),
 ]
 
