@@ -10,7 +10,7 @@ class decorator and factory, constructor checks, config, the micro-batch entry p
 import inspect
 import logging
 import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -157,6 +157,30 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
     return inspect.Signature(params + extra + var_kw)
 
 
+def exclusion_lists(optimizer) -> Dict[str, Optional[List[str]]]:
+    """The optimizer's exclusion patterns, read from its attributes.
+
+    Not from ``get_config``: that serializes the learning rate, and a user
+    ``LearningRateSchedule`` without ``get_config`` (which trains with the base optimizer)
+    raises ``NotImplementedError`` there. Only saving needs a serializable schedule.
+
+    Returns:
+      ``{"exclude_from_weight_decay": ..., "exclude_from_layer_adaptation": ...}``, each a
+      list of regex strings or None: this package's ``Lamb``/``Lars`` give
+      ``exclude_from_weight_decay_patterns`` and ``exclude_from_layer_adaptation`` (which
+      falls back to the former), Model Garden's LAMB/LARS their attributes of those names;
+      None where the optimizer has no such list (e.g. Keras' ``exclude_from_weight_decay``
+      method).
+    """
+    out = {}
+    for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+        value = getattr(optimizer, arg + "_patterns", None)
+        if value is None:
+            value = getattr(optimizer, arg, None)
+        out[arg] = list(value) if isinstance(value, (list, tuple)) else None
+    return out
+
+
 class VRGDCommon:
     """Mixin shared by both optimizer families: constructor, config, the reduction call.
 
@@ -277,12 +301,11 @@ class VRGDCommon:
         ``"layer_norm"``), but a pattern that matches nothing usually means a variable that
         was meant to be excluded is not.
         """
-        with tf.init_scope():  # build may run inside a traced step (Keras 3, no strategy)
-            config = self.get_config()
+        lists = exclusion_lists(self)
         names = [naming.variable_name(v) for v in variables]
         seen = None
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
-            patterns = config.get(arg)
+            patterns = lists[arg]
             if not patterns or patterns == seen:
                 continue  # the layer-adaptation list falls back to the weight-decay list
             seen = patterns
