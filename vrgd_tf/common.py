@@ -131,10 +131,31 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
 
     Raises:
       ValueError, TypeError: ``default_beta_3`` outside [0, 1).
+      TypeError: ``base_class`` is already a VRGD class (:func:`check_not_vrgd`).
     """
+    check_not_vrgd(base_class)
     cls_name = name or "VRGD" + base_class.__name__
     cls = type(cls_name, (mixin, base_class), {"__doc__": doc, "__module__": module})
     return vrgd_class(default_beta_3=default_beta_3, register=register)(cls)
+
+
+def check_not_vrgd(base_class) -> None:
+    """Raises if ``base_class`` is a VRGD class: VRGD cannot wrap VRGD.
+
+    Without this check Python's class creation fails with a bare MRO ``TypeError``
+    ("Cannot create a consistent method resolution order").
+
+    Raises:
+      TypeError: naming the class, its own base and how to use either.
+    """
+    if isinstance(base_class, type) and issubclass(base_class, VRGDCommon):
+        base = base_class._vrgd_base_class
+        raise TypeError(
+            f"make_vrgd_optimizer: `base_class={base_class.__name__}` is already a VRGD "
+            f"optimizer (its base is {base.__module__}.{base.__name__}). Use "
+            f"{base_class.__name__} directly, or pass a plain optimizer class, e.g. "
+            f"make_vrgd_optimizer({base.__module__}.{base.__name__})."
+        )
 
 
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:

@@ -214,7 +214,8 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
 
     Raises:
-      TypeError: ``base_class`` is not a Keras 3 optimizer class.
+      TypeError: ``base_class`` is not a Keras 3 optimizer class, or is already a VRGD
+        class (e.g. ``VRGDLamb``; the message names its base).
     """
     if not (isinstance(base_class, type) and issubclass(base_class, keras.optimizers.Optimizer)):
         raise TypeError(

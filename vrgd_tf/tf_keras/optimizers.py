@@ -225,7 +225,8 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
 
     Raises:
-      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
+      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass, or is already a VRGD
+        class (e.g. ``VRGDLamb``; the message names its base).
     """
     if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
         raise TypeError(
