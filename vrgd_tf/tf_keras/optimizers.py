@@ -27,6 +27,8 @@ designed shape and kind.
 Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
+import weakref
+
 import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb as _mg_lamb
@@ -168,7 +170,79 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
             return super()._aggregate_gradients(grads_and_vars)
-        return self._vrgd_reduce(grads_and_vars, ctx)
+        reduced = self._vrgd_reduce(grads_and_vars, ctx)
+        _aggregated_by_vrgd(self).add(g for g, _ in reduced)
+        return reduced
+
+    def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+        """``OptimizerV2.apply_gradients``; refuses to skip the VRGD aggregation.
+
+        Raises:
+          ValueError: ``experimental_aggregate_gradients=False`` with gradients that this
+            optimizer's own aggregation did not return (tf_keras' ``LossScaleOptimizer``
+            aggregates through it and then passes False: that is allowed). Skipping the
+            aggregation would skip the GSNR step and train the base optimizer.
+        """
+        if not experimental_aggregate_gradients:
+            grads_and_vars = list(grads_and_vars)
+            _check_aggregated_by_vrgd(self, [g for g, _ in grads_and_vars])
+        return super().apply_gradients(
+            grads_and_vars,
+            name=name,
+            experimental_aggregate_gradients=experimental_aggregate_gradients,
+        )
+
+
+class _AggregatedGradients:
+    """The gradients an optimizer's VRGD aggregation returned, held weakly by identity.
+
+    tf_keras' ``LossScaleOptimizer`` calls the inner optimizer's ``_aggregate_gradients``
+    and then its ``apply_gradients(..., experimental_aggregate_gradients=False)`` with those
+    very tensors; a user who passes False with gradients of their own skips VRGD. Tensors
+    are unhashable, so they are keyed by ``id`` with a weak reference that drops the entry
+    when the tensor is freed (and guards against a reused ``id``).
+    """
+
+    def __init__(self):
+        self._refs = {}
+
+    def add(self, grads) -> None:
+        for g in grads:
+            if g is not None:
+                key = id(g)
+                self._refs[key] = weakref.ref(g, lambda _, key=key: self._refs.pop(key, None))
+
+    def holds_all(self, grads) -> bool:
+        for g in grads:
+            ref = None if g is None else self._refs.get(id(g))
+            if g is not None and (ref is None or ref() is not g):
+                return False
+        return True
+
+
+def _aggregated_by_vrgd(optimizer) -> _AggregatedGradients:
+    """The optimizer's :class:`_AggregatedGradients`, made on first use."""
+    record = optimizer.__dict__.get("_vrgd_aggregated")
+    if record is None:
+        record = _AggregatedGradients()
+        object.__setattr__(optimizer, "_vrgd_aggregated", record)
+    return record
+
+
+def _check_aggregated_by_vrgd(optimizer, grads) -> None:
+    """Raises unless every gradient in ``grads`` came out of the VRGD aggregation."""
+    if _aggregated_by_vrgd(optimizer).holds_all(grads):
+        return
+    name = type(optimizer).__name__
+    raise ValueError(
+        f"{name}.apply_gradients(..., experimental_aggregate_gradients=False) would skip "
+        "the cross-replica aggregation, which is where VRGD runs its GSNR step: the step "
+        "would be the base optimizer's, without variance reduction. Leave "
+        "`experimental_aggregate_gradients=True` (the default) and pass each replica's own "
+        f"gradients to {name}. If you sum the gradients yourself, sum them with "
+        "`vrgd_tf.GSNRAggregator` instead and give its output to a plain tf_keras optimizer "
+        "with `experimental_aggregate_gradients=False`."
+    )
 
 
 def _var_key(variable):
