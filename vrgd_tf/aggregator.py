@@ -18,11 +18,15 @@ from typing import Callable, Dict, Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import gsnr, naming, validation
+from vrgd_tf import aggregated, gsnr, naming, validation
 
 __all__ = ["GSNRAggregator"]
 
 _LOG = logging.getLogger("vrgd_tf")
+_SUM_ONCE = (
+    "Give the GSNR step each replica's own gradients (from its tape), once per step; "
+    "its output is the sum that the optimizer applies."
+)
 
 
 def _replica_local_variable(kind, index, shape, reference):
@@ -218,7 +222,9 @@ class GSNRAggregator(tf.Module):
         Raises:
           RuntimeError: in a cross-replica context, or on a first call inside a
             ``tf.function`` under a multi-replica strategy before :meth:`build`.
-          ValueError: ``grads`` and ``variables`` of different lengths; see also
+          ValueError: ``grads`` and ``variables`` of different lengths, or ``grads``
+            already the output of a GSNR step under more than one replica (it would be
+            summed twice; :mod:`vrgd_tf.aggregated`); see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
         ctx = replica_context or tf.distribute.get_replica_context()
@@ -228,6 +234,7 @@ class GSNRAggregator(tf.Module):
                 "(inside `strategy.run` or `model.fit`)."
             )
         grads, variables = list(grads), list(variables)
+        aggregated.check_not_aggregated(grads, self._owner, _SUM_ONCE)
         if len(grads) != len(variables):
             raise ValueError(
                 f"{self._owner}: `grads` and `variables` must have the same length; got "
@@ -275,6 +282,7 @@ class GSNRAggregator(tf.Module):
         out = [None] * len(pairs)
         for i, g in zip(present, reduced):
             out[i] = g
+        aggregated.mark_aggregated(out)
         return out
 
     @property

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf import gsnr, naming, validation
+from vrgd_tf import aggregated, gsnr, naming, validation
 from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
@@ -364,6 +364,7 @@ class VRGDCommon:
             reduced = [
                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in reduced
             ]
+            aggregated.mark_aggregated(reduced)
         return list(zip(reduced, [v for _, v in pairs]))
 
     def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):

@@ -16,8 +16,9 @@ import keras
 import tensorflow as tf
 from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
+from keras.src.optimizers import base_optimizer as _base_optimizer
 
-from vrgd_tf import common, validation, versions
+from vrgd_tf import aggregated, common, validation, versions
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
@@ -188,6 +189,37 @@ if not getattr(keras.optimizers.LossScaleOptimizer.check_finite, "_vrgd_wrapped"
     keras.optimizers.LossScaleOptimizer.check_finite = _check_finite_on_every_replica(
         keras.optimizers.LossScaleOptimizer.check_finite
     )
+
+
+_KERAS3_FIX = (
+    "A Keras 3 optimizer always all-reduces in `apply` and has no switch to skip it: make "
+    "its VRGD class, `vrgd_tf.make_vrgd_optimizer(type(optimizer))` (its aggregation is this "
+    "GSNR step), and pass it each replica's own gradients instead of the GSNRAggregator's "
+    "output; or apply the output with a tf_keras optimizer and "
+    "`apply_gradients(..., experimental_aggregate_gradients=False)`."
+)
+
+
+def _refuse_aggregated_gradients(apply):
+    """Wraps a Keras 3 ``apply(grads, trainable_variables=None)`` (``Optimizer.apply``,
+    ``LossScaleOptimizer.apply``) to raise ``ValueError`` for gradients a GSNR step already
+    summed over more than one replica (:func:`vrgd_tf.aggregated.check_not_aggregated`):
+    Keras would all-reduce them again. A trace-time check; the step is unchanged."""
+
+    def wrapped(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if not isinstance(self, _KerasVRGDMixin):  # its GSNRAggregator checks, for VRGD
+            aggregated.check_not_aggregated(grads, f"{type(self).__name__}.apply", _KERAS3_FIX)
+        return apply(self, grads, trainable_variables)
+
+    wrapped._vrgd_wrapped = True
+    wrapped.__doc__ = apply.__doc__
+    return wrapped
+
+
+for _cls in (_base_optimizer.BaseOptimizer, keras.optimizers.LossScaleOptimizer):
+    if not getattr(_cls.apply, "_vrgd_wrapped", False):
+        _cls.apply = _refuse_aggregated_gradients(_cls.apply)
 
 
 def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):

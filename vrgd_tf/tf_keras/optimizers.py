@@ -27,8 +27,6 @@ designed shape and kind.
 Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
-import weakref
-
 import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb as _mg_lamb
@@ -36,7 +34,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import common, gsnr, validation
+from vrgd_tf import aggregated, common, gsnr, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -170,9 +168,7 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
             return super()._aggregate_gradients(grads_and_vars)
-        reduced = self._vrgd_reduce(grads_and_vars, ctx)
-        _aggregated_by_vrgd(self).add(g for g, _ in reduced)
-        return reduced
+        return self._vrgd_reduce(grads_and_vars, ctx)
 
     def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
         """``OptimizerV2.apply_gradients``; refuses to skip the VRGD aggregation.
@@ -193,45 +189,9 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
         )
 
 
-class _AggregatedGradients:
-    """The gradients an optimizer's VRGD aggregation returned, held weakly by identity.
-
-    tf_keras' ``LossScaleOptimizer`` calls the inner optimizer's ``_aggregate_gradients``
-    and then its ``apply_gradients(..., experimental_aggregate_gradients=False)`` with those
-    very tensors; a user who passes False with gradients of their own skips VRGD. Tensors
-    are unhashable, so they are keyed by ``id`` with a weak reference that drops the entry
-    when the tensor is freed (and guards against a reused ``id``).
-    """
-
-    def __init__(self):
-        self._refs = {}
-
-    def add(self, grads) -> None:
-        for g in grads:
-            if g is not None:
-                key = id(g)
-                self._refs[key] = weakref.ref(g, lambda _, key=key: self._refs.pop(key, None))
-
-    def holds_all(self, grads) -> bool:
-        for g in grads:
-            ref = None if g is None else self._refs.get(id(g))
-            if g is not None and (ref is None or ref() is not g):
-                return False
-        return True
-
-
-def _aggregated_by_vrgd(optimizer) -> _AggregatedGradients:
-    """The optimizer's :class:`_AggregatedGradients`, made on first use."""
-    record = optimizer.__dict__.get("_vrgd_aggregated")
-    if record is None:
-        record = _AggregatedGradients()
-        object.__setattr__(optimizer, "_vrgd_aggregated", record)
-    return record
-
-
 def _check_aggregated_by_vrgd(optimizer, grads) -> None:
     """Raises unless every gradient in ``grads`` came out of the VRGD aggregation."""
-    if _aggregated_by_vrgd(optimizer).holds_all(grads):
+    if aggregated.all_aggregated(grads):
         return
     name = type(optimizer).__name__
     raise ValueError(
@@ -278,6 +238,35 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
     def _add_trackable_child(self, name, value):
         # The setter tf_keras registers for revived optimizers (iterations, hyperparameters).
         self._set_hyper(name, value)
+
+
+def _refuse_aggregated_gradients(aggregate):
+    """Wraps ``OptimizerV2._aggregate_gradients`` (plain tf_keras optimizers; the VRGD ones
+    override it) to raise ``ValueError`` for gradients a GSNR step already summed over more
+    than one replica (:func:`vrgd_tf.aggregated.check_not_aggregated`): it would sum them
+    again. A trace-time check; the step is unchanged."""
+
+    def wrapped(self, grads_and_vars):
+        grads_and_vars = list(grads_and_vars)
+        aggregated.check_not_aggregated(
+            [g for g, _ in grads_and_vars],
+            f"{type(self).__name__}.apply_gradients",
+            "Pass `experimental_aggregate_gradients=False` to `apply_gradients` (the GSNR "
+            "step was the aggregation), or give the optimizer "
+            "`gradient_aggregator=aggregator.gradient_aggregator` and pass it each "
+            "replica's own gradients.",
+        )
+        return aggregate(self, grads_and_vars)
+
+    wrapped._vrgd_wrapped = True
+    wrapped.__doc__ = aggregate.__doc__
+    return wrapped
+
+
+if not getattr(_OptimizerV2._aggregate_gradients, "_vrgd_wrapped", False):
+    _OptimizerV2._aggregate_gradients = _refuse_aggregated_gradients(
+        _OptimizerV2._aggregate_gradients
+    )
 
 
 def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
