@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import aggregated, gsnr, naming, validation
+from vrgd_tf import aggregated, gsnr, naming, strategies, validation
 
 __all__ = ["GSNRAggregator"]
 
@@ -123,7 +123,9 @@ class GSNRAggregator(tf.Module):
     (``ON_READ``, ``ONLY_FIRST_REPLICA``): every replica computes the same values.
 
     Raises:
-      ValueError, TypeError: at construction, an argument outside its range (named).
+      ValueError, TypeError: at construction, an argument outside its range (named), or
+        under a ``CentralStorageStrategy`` or ``ParameterServerStrategy`` (also at
+        :meth:`build`; :mod:`vrgd_tf.strategies`).
     """
 
     def __init__(
@@ -156,6 +158,7 @@ class GSNRAggregator(tf.Module):
         self._local = threading.local()  # per replica thread: k of the traced step
         self._num_samples = "several"
         self.factor_transforms = gsnr.validate_factor_transforms(factor_transforms)
+        strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -163,7 +166,12 @@ class GSNRAggregator(tf.Module):
         """Creates the state of ``variables`` not seen before (call in the strategy scope).
 
         Idempotent: variables that already have state are skipped.
+
+        Raises:
+          ValueError: under a strategy VRGD cannot run under
+            (:func:`vrgd_tf.strategies.check_strategy`).
         """
+        strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
         if self.state is None:
             self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
             if self._standalone:

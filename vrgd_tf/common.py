@@ -72,6 +72,8 @@ VRGD_ARGS_DOC = """
     Raises:
       ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
         ``statistics_interval``, ``squares_dtype`` or a base argument outside its range (the message names it).
+      ValueError: at construction or build under a ``CentralStorageStrategy`` or
+        ``ParameterServerStrategy`` (:mod:`vrgd_tf.strategies` says why and what works).
 """
 
 
