@@ -147,27 +147,80 @@ class ParameterServerRefusedTest(tf.test.TestCase):
     server, in a subprocess: it connects the process to the cluster)."""
 
     def test_refused_in_both_families(self):
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(
-                [os.path.dirname(HERE)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
-            ),
-        )
-        proc = subprocess.run(
-            [sys.executable, os.path.join(HERE, "parameter_server_main.py")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-        outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+        outcome = run_main("parameter_server_main.py")
         cases = ["keras3_construct", "keras3_build", "aggregator"]
         if util.HAS_TF_KERAS:
             cases.append("tf_keras_construct")
         self.assertEqual(sorted(outcome), sorted(cases))
         for case, message in outcome.items():
             self.assertRegex(message, REFUSED.format("ParameterServerStrategy"), case)
+
+
+def run_main(script, *args):
+    """Runs ``tests/<script>`` with this checkout importable; its last stdout line as JSON."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        ),
+    )
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class StepsPerExecutionTest(tf.test.TestCase):
+    """``model.compile(steps_per_execution=4)`` under ``MirroredStrategy`` (issue 18,
+    fault 8): Keras 3's multi-step loop fails with the default cross-device ops on CPUs for
+    the base optimizers too (inherited); with ``ReductionToOneDevice`` it runs, and the
+    tf_keras family runs with the defaults. Where it runs, VRGD's weights with 4 steps per
+    execution are those with 1."""
+
+    def _fit_keras3(self, make_optimizer, steps_per_execution):
+        x, y = regression(80)
+        with util.strategy_for(2).scope():  # ReductionToOneDevice
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            model.layers[0].kernel.assign(np.full((4, 2), 0.1, np.float32))
+            model.compile(make_optimizer(), "mse", steps_per_execution=steps_per_execution)
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+        return model.layers[0].kernel.numpy(), model.optimizer
+
+    def test_keras3_with_reduction_to_one_device(self):
+        for make in (lambda: vrgd_tf.VRGDSGD(0.05), lambda: vrgd_tf.VRGDLamb(0.01)):
+            one, _ = self._fit_keras3(make, 1)
+            four, opt = self._fit_keras3(make, 4)
+            self.assertAllClose(four, one, rtol=1e-6, atol=1e-7)
+            self.assertEqual(int(opt.iterations.numpy()), 20)
+            self.assertGreater(max(v["mean_gsnr"] for v in opt.vrgd_statistics().values()), 0)
+        base, _ = self._fit_keras3(lambda: keras.optimizers.SGD(0.05), 4)
+        vr, _ = self._fit_keras3(lambda: vrgd_tf.VRGDSGD(0.05), 4)
+        self.assertGreater(np.max(np.abs(base - vr)), 1e-4)  # VRGD acted
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        families = ["keras3"] + (["tf_keras"] if util.HAS_TF_KERAS else [])
+        cls.default_ops = run_main("steps_per_execution_main.py", *families)
+
+    def test_keras3_default_cross_device_ops_fail_for_the_base_too(self):
+        out = self.default_ops["keras3"]
+        for opt in ("base", "vr"):
+            self.assertIsInstance(out[opt]["1"], list, opt)
+            self.assertRegex(out[opt]["4"], r"(?s)^InvalidArgumentError.*while/cond/Placeholder")
+
+    def test_tf_keras_with_default_cross_device_ops(self):
+        util.skip_without_tf_keras(self)
+        out = self.default_ops["tf_keras"]
+        for opt in ("base", "vr"):
+            self.assertAllClose(out[opt]["4"], out[opt]["1"], rtol=1e-6, atol=1e-7)
+        self.assertGreater(np.max(np.abs(np.subtract(out["vr"]["4"], out["base"]["4"]))), 1e-4)
 
 
 if __name__ == "__main__":
