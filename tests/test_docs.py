@@ -1,9 +1,18 @@
-"""Citations of the spec point at docs/spec.md and at sections it has."""
+"""The documentation's checkable parts: citations of the spec point at docs/spec.md and at
+sections it has; every Python block of README.md and docs/*.md parses, and runs unless the
+line before it marks it as a fragment (``<!-- fragment ... -->``)."""
 
+import ast
+import contextlib
+import glob
+import io
 import os
 import re
 
 import tensorflow as tf
+from absl.testing import parameterized
+
+import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DIRS = ("vrgd_tf", "tests", "official_configs", "docs", "benchmarks", "tpu_scripts")
@@ -37,6 +46,55 @@ class SpecCitationTest(tf.test.TestCase):
                 for number in filter(None, match.groups()):
                     self.assertIn(number, sections, f"{rel}: {match.group(0)}")
         self.assertGreaterEqual(cited, 7)  # configs.py, the demo, five official configs
+
+
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+_FRAGMENT = "<!-- fragment"
+# Imports that need the model_garden extra (tf-keras, tf-models-official).
+_NEEDS_TF_KERAS = re.compile(
+    r"^\s*(import|from) (tf_keras|official|vrgd_tf\.(tf_keras|model_garden))\b", re.M
+)
+
+
+def python_blocks():
+    """``(name, code, is_fragment)`` for each ```python block of README.md and docs/*.md;
+    ``name`` is ``path:line`` of the opening fence."""
+    paths = ["README.md"] + sorted(
+        os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))
+    )
+    blocks = []
+    for rel in paths:
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            text = f.read()
+        for match in _FENCE.finditer(text):
+            if match.group(1) not in ("python", "py"):
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            blocks.append((f"{rel}:{line}", match.group(2), before.startswith(_FRAGMENT)))
+    return blocks
+
+
+BLOCKS = python_blocks()
+
+
+class DocsPythonBlocksTest(tf.test.TestCase, parameterized.TestCase):
+    def test_blocks_found(self):
+        self.assertGreaterEqual(len(BLOCKS), 5)
+        self.assertGreaterEqual(sum(not fragment for _, _, fragment in BLOCKS), 3)
+
+    @parameterized.named_parameters(*[(name, code) for name, code, _ in BLOCKS])
+    def test_parses(self, code):
+        ast.parse(code)
+
+    @parameterized.named_parameters(
+        *[(name, code) for name, code, fragment in BLOCKS if not fragment]
+    )
+    def test_runs(self, code):
+        if _NEEDS_TF_KERAS.search(code):
+            util.skip_without_tf_keras(self)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "<docs block>", "exec"), {"__name__": "docs_block"})
 
 
 if __name__ == "__main__":
