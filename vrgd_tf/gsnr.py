@@ -55,7 +55,7 @@ are sparse gradients, one ``ReplicaContext.all_gather`` call (their rows), outsi
 ``tf.cond``, so the step compiles with XLA and runs under ``TPUStrategy``.
 
 Sparse gradients (``tf.IndexedSlices``, spec section 4): the statistics are those of the
-dense form, taken exactly on the rows some replica touched (:func:`_sparse_statistics`):
+dense form, taken exactly on the rows some replica touched (``_sparse_statistics``):
 each replica's rows with the squares of its per-index sums are gathered, ``S1`` and ``S2``
 summed per row of their union, and the GSNR computed there. Untouched rows have an undefined
 GSNR on the dense form too (factor 1, out of ``mean(r)``), so nothing of the variable's
@@ -113,8 +113,8 @@ NOISE_RTOL_BFLOAT16 = 2.0**-8
 #: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
 SQUARES_DTYPES = ("float32", "bfloat16")
 
-#: Names of the diagnostics kept per variable, in storage order: the fields of
-#: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
+#: The names of the diagnostics kept per variable, in storage order (the fields of
+#: :class:`GSNRStatistics`), the one definition every reader of the diagnostics uses.
 STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor", "norm_ratio")
 
 #: Number of diagnostics kept per variable.
@@ -361,7 +361,7 @@ def _factors(
     are over ``stat_sizes`` elements per variable (default ``sizes``); ``extra``, float32
     ``[n, 2]``, is added to the per-variable counts of elements at factor 1 and sums of the
     applied factor: the elements a sparse variable's slots do not hold (see
-    :func:`_sparse_statistics`).
+    ``_sparse_statistics``).
     """
     k = float(num_replicas)
     # In units of k: signal = S1**2 / k = k m**2 and noise = S2 - S1**2 / k = k s2, so
@@ -682,7 +682,7 @@ def variance_reduce(
     ``tf.IndexedSlices`` gradients with a static number of indices, exactly one
     ``replica_context.all_gather(..., axis=0)`` call over their indices and their rows
     packed with squares (``[R * m_i]`` and ``[R * m_i, 2 w_i]`` float32 for ``m_i`` rows of
-    width ``w_i``; :func:`_sparse_statistics`): their statistics are computed on the union of
+    width ``w_i``; ``_sparse_statistics``): their statistics are computed on the union of
     the touched rows only, numerically those of their dense form. Otherwise (micro-batch
     groups, indices of unknown length) a sparse gradient is made dense for the statistics and
     its rows go into the first all-reduce call as the strategy's sparse SUM. float64 dense
@@ -898,7 +898,7 @@ def variance_reduce(
 
 
 def _sparse_path_applies(grad, variable) -> bool:
-    """Whether ``grad`` takes the sparse statistics (:func:`_sparse_statistics`): a
+    """Whether ``grad`` takes the sparse statistics (``_sparse_statistics``): a
     ``tf.IndexedSlices`` with a static number (>= 1) of rank-1 indices and static row
     shape, for a variable of static shape."""
     if not isinstance(grad, tf.IndexedSlices):

@@ -17,10 +17,10 @@ has no coefficient that breaks in them). ``VRGDAdam`` and ``VRGDLamb`` (default 
 Adam and LAMB compute in the variable's dtype) and ``VRGDLars`` (Model Garden's LARS fails
 to trace for them) raise ``ValueError`` when their slots are created for such a variable,
 naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
-:func:`vrgd_tf.validation.check_variable_dtypes`.
+``vrgd_tf.validation.check_variable_dtypes``.
 
 The VRGD state is registered as slots ``vrgd_<kind>`` of the model variables, so that
-checkpoints key it like the base optimizer's slots; :class:`_VRGDSlotsMixin` makes every
+checkpoints key it like the base optimizer's slots; ``_VRGDSlotsMixin`` makes every
 slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
 designed shape and kind.
 
@@ -34,7 +34,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import aggregated, common, gsnr, validation
+from vrgd_tf import aggregated, common, gsnr, settings, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -258,18 +258,20 @@ def _refuse_aggregated_gradients(aggregate):
         )
         return aggregate(self, grads_and_vars)
 
-    wrapped._vrgd_wrapped = True
+    wrapped.vrgd_wraps = aggregate
     wrapped.__doc__ = aggregate.__doc__
     return wrapped
 
 
-if not getattr(_OptimizerV2._aggregate_gradients, "_vrgd_wrapped", False):
+if getattr(_OptimizerV2._aggregate_gradients, "vrgd_wraps", None) is None:
     _OptimizerV2._aggregate_gradients = _refuse_aggregated_gradients(
         _OptimizerV2._aggregate_gradients
     )
 
 
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
+def make_vrgd_optimizer(
+    base_class, *, name=None, default_beta_3=settings.DEFAULTS.beta_3, register=True, doc=None
+):
     """Returns the VRGD version of a tf_keras legacy optimizer (``OptimizerV2``) class.
 
     Args:
@@ -282,10 +284,11 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       doc: the class docstring.
 
     Returns:
-      The new class: the base class's arguments plus ``gamma`` (0, 1] and ``beta_3``
-      [0, 1); its constructor raises ``ValueError``/``TypeError`` for values outside them.
+      The new class: the base class's arguments plus the VRGD settings
+      (``vrgd_tf.settings.VRGDSettings``); its constructor raises
+      ``ValueError``/``TypeError`` for values outside their ranges.
       Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
-      base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      base rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not an ``OptimizerV2`` subclass, or is already a VRGD
@@ -328,7 +331,9 @@ class VRGDSGD(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.SGD):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.tf_keras"
+)
 class VRGDAdam(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.Adam):
     """VR-Adam for tf_keras: `tf_keras.optimizers.legacy.Adam` with the factor applied
     before the moment estimates (paper Section 4.2).
@@ -347,7 +352,9 @@ class VRGDLars(_TfKerasVRGDMixin, _mg_lars.LARS):
     _vrgd_densify_sparse = True
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.tf_keras"
+)
 class VRGDLamb(_TfKerasVRGDMixin, _mg_lamb.LAMB):
     """VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB`
     (`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,

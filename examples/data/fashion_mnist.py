@@ -22,7 +22,7 @@ from typing import Dict, NamedTuple
 
 import numpy as np
 
-from vrgd_tf.data import sha256_file
+from data_checksums import sha256_file
 
 __all__ = ["DEFAULT_DIR", "FILES", "FashionMNIST", "load", "read_idx"]
 
