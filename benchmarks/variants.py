@@ -11,8 +11,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   base_allreduce  (tf_keras only) the base with its gradients summed by
                   ``ReplicaContext.all_reduce`` in the replica context, as VRGD does, instead
                   of ``OptimizerV2``'s merge_call path: separates the aggregation path;
-  sq              base + the squares: one all-reduce of the packed ``[x, x*x]`` float32
-                  buffer exactly as VRGD sends it, the update from the plain sum;
+  sq              base + the squares: VRGD's two dense all-reduce calls
+                  (``gsnr.sum_with_squares``: ``[x]``, then ``[x*x]``), the update from the
+                  plain sum;
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
@@ -29,8 +30,6 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   the same with ``squares_dtype="bfloat16"``: the squares all-reduced in a
                   second, bfloat16 buffer (6 instead of 8 bytes per parameter).
 """
-
-from unittest import mock
 
 import tensorflow as tf
 
@@ -78,12 +77,12 @@ def _reduce(name, ctx, grads):
 
 def _dense_statistics(vr_cls):
     """``vr_cls`` whose GSNR step takes the dense statistics for sparse gradients (the
-    library's switch ``gsnr._sparse_path_applies`` patched while the step is traced)."""
+    aggregator's public option ``sparse_statistics="dense"``)."""
 
     class DenseStatistics(vr_cls):
-        def _vrgd_reduce(self, grads_and_vars, replica_context):
-            with mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: False):
-                return super()._vrgd_reduce(grads_and_vars, replica_context)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.vrgd_aggregator.sparse_statistics = "dense"
 
     DenseStatistics.__name__ = f"{vr_cls.__name__}_dense"
     return DenseStatistics

@@ -11,8 +11,8 @@ eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step coun
 warnings.
 """
 
+import dataclasses
 import logging
-import threading
 from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
@@ -103,6 +103,14 @@ class GSNRAggregator(tf.Module):
 
             aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
 
+      sparse_statistics: ``"rows"`` (default) or ``"dense"``, the statistics path of
+        ``tf.IndexedSlices`` gradients (spec section 4): ``"rows"`` takes exact statistics
+        on the rows some replica touched, with one all-gather and nothing of the variable's
+        dense shape (where the indices have a static length and no micro-batch squares are
+        handed over; otherwise the dense form); ``"dense"`` always the statistics of the
+        dense form, all-reduced with the dense gradients (the same numbers, to float
+        rounding; for comparisons and benchmarks). Also settable as the attribute before
+        the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -130,18 +138,23 @@ class GSNRAggregator(tf.Module):
         *,
         squares_dtype="float32",
         factor_transforms=(),
+        sparse_statistics="rows",
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
         name="gsnr_aggregator",
     ):
         super().__init__(name=name)
-        self.gamma = gsnr.validate_gamma(gamma)
-        self.beta_3 = gsnr.validate_beta_3(beta_3)
+        self._options = gsnr.GSNROptions(
+            gamma=gamma,
+            beta_3=beta_3,
+            squares_dtype=squares_dtype,
+            factor_transforms=factor_transforms,
+            sparse_statistics=sparse_statistics,
+        )
         self.statistics_interval = validation.check_count(
             "statistics_interval", statistics_interval
         )
-        self.squares_dtype = gsnr.validate_squares_dtype(squares_dtype)
         self._owner = owner or name
         self._standalone = make_variable is None
         self._make_variable = make_variable or _replica_local_variable
@@ -149,9 +162,48 @@ class GSNRAggregator(tf.Module):
         self.state = None
         self._steps = None
         self._warned = set()
-        self._local = threading.local()  # per replica thread: k of the traced step
+        self._traced = False
         self._num_samples = "several"
-        self.factor_transforms = gsnr.validate_factor_transforms(factor_transforms)
+
+    @property
+    def options(self) -> gsnr.GSNROptions:
+        """The :class:`vrgd_tf.gsnr.GSNROptions` of the step (checked at construction)."""
+        return self._options
+
+    @property
+    def gamma(self) -> float:
+        return self._options.gamma
+
+    @property
+    def beta_3(self) -> float:
+        return self._options.beta_3
+
+    @property
+    def squares_dtype(self) -> str:
+        return self._options.squares_dtype
+
+    @property
+    def factor_transforms(self) -> tuple:
+        return self._options.factor_transforms
+
+    @property
+    def sparse_statistics(self) -> str:
+        """``"rows"`` or ``"dense"``: the statistics path of ``tf.IndexedSlices`` gradients
+        (see the class's Args). May be set until the first step is traced.
+
+        Raises:
+          ValueError: set to another value, or after the first step was traced.
+        """
+        return self._options.sparse_statistics
+
+    @sparse_statistics.setter
+    def sparse_statistics(self, value) -> None:
+        if self._traced:
+            raise ValueError(
+                f"{self._owner}: `sparse_statistics` must be set before the first step "
+                "(the steps traced so far keep their statistics path)."
+            )
+        self._options = dataclasses.replace(self._options, sparse_statistics=value)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -221,48 +273,58 @@ class GSNRAggregator(tf.Module):
           ValueError: ``grads`` and ``variables`` of different lengths; see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
-        ctx = replica_context or tf.distribute.get_replica_context()
-        if ctx is None:
-            raise RuntimeError(
-                f"{self._owner}: the GSNR step must run in a replica context "
-                "(inside `strategy.run` or `model.fit`)."
-            )
         grads, variables = list(grads), list(variables)
         if len(grads) != len(variables):
             raise ValueError(
                 f"{self._owner}: `grads` and `variables` must have the same length; got "
                 f"{len(grads)} gradients for {len(variables)} variables."
             )
-        pairs = list(zip(grads, variables))
-        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
-        if self.state is None or any(pairs[i][1] not in self.state for i in present):
-            if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
-                raise RuntimeError(
-                    f"{self._owner}: build the GSNR state in the strategy scope before the "
-                    "first step: `aggregator.build(model.trainable_variables)`."
-                )
-            with tf.init_scope():
-                self.build([pairs[i][1] for i in present])
-        self._num_samples = ctx.num_replicas_in_sync * num_groups
+        present = [i for i, g in enumerate(grads) if g is not None]
+        self._build_in_step([variables[i] for i in present], replica_context)
         if step is None and self._steps is not None:
             step = self._steps
+        self._traced = True
         reduced = gsnr.variance_reduce(
-            [pairs[i][0] for i in present],
-            [pairs[i][1] for i in present],
-            gamma=self.gamma,
-            beta_3=self.beta_3,
+            [grads[i] for i in present],
+            [variables[i] for i in present],
             state=self.state,
-            replica_context=ctx,
-            warn_single_replica=self._warn_single_replica,
-            warn_inert=self._warn_inert,
+            replica_context=replica_context,
             record_statistics=self._record_statistics(step),
+            step=step,
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
             num_groups=num_groups,
-            squares_dtype=self.squares_dtype,
-            factor_transforms=self.factor_transforms,
-            step=step,
+            options=self._options,
         )
+        self._report(reduced.report)
         if self._steps is not None:
+            self._count_step(reduced)
+        out = [None] * len(grads)
+        for i, g in zip(present, reduced):
+            out[i] = g
+        return out
+
+    def _build_in_step(self, variables, replica_context) -> None:
+        """Creates the state of ``variables`` not built yet, which a step can only do
+        eagerly or on one replica (a strategy cannot create variables inside ``strategy.run``
+        in a ``tf.function``)."""
+        if self.state is not None and all(v in self.state for v in variables):
+            return
+        ctx = replica_context or tf.distribute.get_replica_context()
+        if ctx is None:
+            return  # the step raises: it must run in a replica context
+        if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
+            raise RuntimeError(
+                f"{self._owner}: build the GSNR state in the strategy scope before the "
+                "first step: `aggregator.build(model.trainable_variables)`."
+            )
+        with tf.init_scope():
+            self.build(variables)
+
+    def _count_step(self, reduced) -> None:
+        """Advances the standalone step counter on a step whose sums were finite (the test
+        the step's state commit uses; computed here only for a one-sample step)."""
+        finite = reduced.report.finite
+        if finite is None:
             finite = tf.reduce_all(
                 [
                     tf.reduce_all(
@@ -271,11 +333,7 @@ class GSNRAggregator(tf.Module):
                     for g in reduced
                 ]
             )
-            self._steps.assign_add(tf.cast(finite, tf.int64))
-        out = [None] * len(pairs)
-        for i, g in zip(present, reduced):
-            out[i] = g
-        return out
+        self._steps.assign_add(tf.cast(finite, tf.int64))
 
     @property
     def gradient_aggregator(self) -> Callable:
@@ -307,15 +365,21 @@ class GSNRAggregator(tf.Module):
             self._warned.add(key)
             _LOG.warning(message, *args)
 
-    def _warn_single_replica(self) -> None:
-        self._warn_once(
-            "single",
-            "%s: only one GSNR sample per step (one replica in sync, no "
-            "micro-batch groups), so there is no gradient noise estimate; VRGD steps exactly "
-            "as its base optimizer. Train with k >= 2 replicas or micro-batch groups (the "
-            "paper uses at least 8) to get variance reduction.",
-            self._owner,
-        )
+    def _report(self, report) -> None:
+        """Turns the step's :class:`vrgd_tf.gsnr.StepReport` into warnings, each once."""
+        self._num_samples = report.num_samples
+        if report.num_samples == 1:
+            self._warn_once(
+                "single",
+                "%s: only one GSNR sample per step (one replica in sync, no "
+                "micro-batch groups), so there is no gradient noise estimate; VRGD steps "
+                "exactly as its base optimizer. Train with k >= 2 replicas or micro-batch "
+                "groups (the paper uses at least 8) to get variance reduction.",
+                self._owner,
+            )
+            return
+        self._warn_from_step(report.inert, "inert", self._log_inert)
+        self._warn_from_step(report.too_few_samples, "too_few", self._log_too_few_samples)
 
     def _log_inert(self) -> None:
         self._warn_once(
@@ -333,23 +397,39 @@ class GSNRAggregator(tf.Module):
             self._num_samples,
         )
 
-    def _warn_inert(self, inert: tf.Tensor) -> None:
-        """Emits :meth:`_log_inert` from the step when ``inert`` (scalar bool) is True.
+    def _log_too_few_samples(self) -> None:
+        self._warn_once(
+            "too_few",
+            "%s: in a step of %s GSNR samples (replicas x micro-batch groups) fewer than 2 "
+            "contributed a nonzero gradient, so there was no noise estimate and VRGD "
+            "stepped exactly as its base optimizer (its statistics read zeros). This "
+            "happens when replicas get no examples, e.g. the last, short batch of a "
+            "dataset split over the replicas: batch with `drop_remainder=True` "
+            "(`dataset.batch(global_batch, drop_remainder=True)`) so every replica gets "
+            "its share of every batch.",
+            self._owner,
+            self._num_samples,
+        )
+
+    def _warn_from_step(self, flag, key, log) -> None:
+        """Emits ``log()`` from the step when ``flag`` (scalar bool tensor) is True.
 
         Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
-        predicate per step; the Python call happens only on an inert step). Inside an XLA
-        context (``jit_compile=True``, TPU) no host call is compiled in: the step stays
-        XLA-pure and :meth:`statistics` gives the warning when it reads the recorded
-        diagnostics of an inert step.
+        predicate per step; the Python call happens only then). Inside an XLA context
+        (``jit_compile=True``, TPU) no host call is compiled in: the step stays XLA-pure;
+        :meth:`statistics` gives the inert warning when it reads the recorded diagnostics
+        of an inert step, and a step without enough samples records zeros.
         """
+        if flag is False or key in self._warned:
+            return
         if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
             return
 
-        def log():
-            self._log_inert()
+        def emit():
+            log()
             return True
 
-        tf.cond(inert, lambda: tf.py_function(log, [], tf.bool), lambda: tf.constant(False))
+        tf.cond(flag, lambda: tf.py_function(emit, [], tf.bool), lambda: tf.constant(False))
 
     # --- diagnostics and config --------------------------------------------------------------
 
@@ -384,13 +464,15 @@ class GSNRAggregator(tf.Module):
         return out
 
     def get_config(self) -> dict:
-        """``gamma``, ``beta_3``, ``statistics_interval``, ``squares_dtype`` and ``name``: the
-        constructor's serializable arguments (:meth:`from_config` inverts it)."""
+        """``gamma``, ``beta_3``, ``statistics_interval``, ``squares_dtype``,
+        ``sparse_statistics`` and ``name``: the constructor's serializable arguments
+        (:meth:`from_config` inverts it)."""
         return {
             "gamma": self.gamma,
             "beta_3": self.beta_3,
             "statistics_interval": self.statistics_interval,
             "squares_dtype": self.squares_dtype,
+            "sparse_statistics": self.sparse_statistics,
             "name": self.name,
         }
 

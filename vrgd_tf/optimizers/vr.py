@@ -18,6 +18,7 @@ from keras.src import backend
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
 from vrgd_tf import common, validation, versions
+from vrgd_tf.gsnr import collectives
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
@@ -173,11 +174,7 @@ def _check_finite_on_every_replica(check_finite):
             if g is not None
         ]
         finite = tf.reduce_all(tf.stack(local)) if local else tf.constant(True)
-        ctx = tf.distribute.get_replica_context()
-        if ctx is None or ctx.num_replicas_in_sync == 1:
-            return finite
-        not_finite = ctx.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
-        return tf.equal(not_finite, 0.0)
+        return collectives.all_replicas_finite(finite, tf.distribute.get_replica_context())
 
     wrapped._vrgd_wrapped = True
     wrapped.__doc__ = check_finite.__doc__
