@@ -178,46 +178,6 @@ def cnn1d(length, channels=1, num_classes=10, width=32):
     )
 
 
-def fashion_cnn(num_classes=10):
-    """The evidence protocol's CNN (benchmarks/README.md): about 20k parameters, no
-    BatchNorm, 28x28x1 input: conv3x3(16) -> pool -> conv3x3(32) -> pool -> conv3x3(48) ->
-    global average pool -> dense."""
-    import keras
-
-    layers = keras.layers
-    return keras.Sequential(
-        [
-            keras.Input((28, 28, 1)),
-            layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1"),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(32, 3, padding="same", activation="relu", name="conv2"),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(48, 3, padding="same", activation="relu", name="conv3"),
-            layers.GlobalAveragePooling2D(),
-            layers.Dense(num_classes, name="logits"),
-        ],
-        name="fashion_cnn",
-    )
-
-
-def load_fashion_mnist(data_dir=None, split_seed=0):
-    """Fashion-MNIST 55k train / 5k validation / 10k test as a benchlib data dict
-    (``x``/``y`` train, ``x_val``/``y_val``, ``x_test``/``y_test``); see
-    :mod:`vrgd_tf.data.fashion_mnist` for the files and the checks."""
-    from vrgd_tf.data import fashion_mnist
-
-    d = fashion_mnist.load(data_dir or fashion_mnist.DEFAULT_DIR, split_seed=split_seed)
-    return {
-        "x": d.x_train,
-        "y": d.y_train,
-        "x_val": d.x_val,
-        "y_val": d.y_val,
-        "x_test": d.x_test,
-        "y_test": d.y_test,
-        "name": "fashion_mnist",
-    }
-
-
 def resnet_cifar(depth=20, input_shape=(32, 32, 3), num_classes=10, width=16):
     """ResNet-(6n+2) for 32x32 inputs (He et al. 2016, CIFAR variant), Keras 3 functional."""
     import keras

@@ -201,3 +201,29 @@ class VRGD:
             factor = self.mom.setdefault(name, FactorMomentum(self.beta_3))(factor)
         self.factors[name] = factor
         return self.base.step(name, np.asarray(w, np.float64), factor * s1)
+
+
+def split_half_reliability(xs, k_a, min_pairs=3):
+    """Split-half reliability of one variable's GSNR (docs/spec.md section 4), from the raw
+    samples ``xs`` ``[k, ...]``: half A is ``xs[:k_a]``, half B the rest. Returns
+    ``(reliability, rho, num_pairs, defined)``; reliability and rho are 0 when undefined."""
+    xs = np.asarray(xs, np.float64).reshape(xs.shape[0], -1)
+    k = xs.shape[0]
+    total_s2 = (xs * xs).sum(0)
+    logs, masks = [], []
+    for half in (xs[:k_a], xs[k_a:]):
+        k_h = half.shape[0]
+        with np.errstate(all="ignore"):
+            mean, var = half.mean(0), half.var(0)  # biased: the half's noise is k_h * var
+            defined = (k_h * var > NOISE_RTOL * k * total_s2) & (mean * mean > 0) & (k_h >= 2)
+            logs.append(np.log(np.where(defined, mean * mean / np.where(defined, var, 1.0), 1.0)))
+        masks.append(defined)
+    pair = masks[0] & masks[1]
+    n = int(pair.sum())
+    if n < min_pairs:
+        return 0.0, 0.0, n, False
+    a, b = logs[0][pair], logs[1][pair]
+    if n * a.var() <= 1e-5 * (a * a).sum() or n * b.var() <= 1e-5 * (b * b).sum():
+        return 0.0, 0.0, n, False
+    rho = float(np.corrcoef(a, b)[0, 1])
+    return 2 * rho / (1 + abs(rho)), rho, n, True

@@ -6,7 +6,7 @@ import re
 import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_DIRS = ("vrgd_tf", "tests", "official_configs", "docs", "benchmarks", "tpu_scripts")
+_DIRS = ("vrgd_tf", "tests", "official_configs", "docs", "benchmarks", "studies", "tpu_scripts")
 _EXTS = (".py", ".md", ".yaml", ".yml", ".cfg", ".toml", ".sh")
 _CITATION = re.compile(r"docs/spec\.md`{0,2},? sections? (\d+)(?: and (\d+))?")
 

@@ -15,7 +15,7 @@ import util
 
 def stateless_permutation(seed, counter):
     """``fn(factor, j)``: a permutation of ``factor`` drawn from (seed, counter, j), the same
-    on every replica (stateless), as in benchmarks/evidence.py."""
+    on every replica (stateless), as in studies/evidence/round2.py."""
 
     def permute(factor, context):
         n = factor.shape[0]

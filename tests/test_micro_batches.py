@@ -404,6 +404,7 @@ class LossScaleTest(tf.test.TestCase):
                     frac_at_one=0.0,
                     mean_factor=0.0,
                     norm_ratio=0.0,
+                    has_gsnr=False,
                 ),
             )
 

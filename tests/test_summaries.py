@@ -299,6 +299,197 @@ class SummariesTest(tf.test.TestCase):
         self.assertIn("AFTER True", out)
 
 
+def event_histogram_counts(log_dir, tag):
+    """{step: number of values} of histogram ``tag`` in the one event file in ``log_dir``."""
+    events = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    assert len(events) == 1, events
+    out = {}
+    for record in tf.data.TFRecordDataset(events[0]):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        for v in event.summary.value:
+            if v.tag == tag:
+                out[event.step] = float(tf.make_ndarray(v.tensor)[:, 2].sum())
+    return out
+
+
+def fit_dense(callback, steps, epochs=1, steps_per_execution=1, family="keras", k=2):
+    """A ``k``-replica fit of Dense(2) with VRGDSGD (statistics every step) and ``callback``,
+    ``steps`` batches per epoch; returns the model."""
+    rng = np.random.RandomState(4)
+    n = 8 * steps
+    x = rng.randn(n, 5).astype(np.float32)
+    y = (x @ rng.randn(5, 2) + rng.randn(n, 2)).astype(np.float32)
+    if family == "keras":
+        lib, opt = keras, vrgd_tf.VRGDSGD
+    else:
+        import tf_keras as lib
+
+        from vrgd_tf import tf_keras as vtk
+
+        opt = vtk.VRGDSGD
+    with util.strategy_for(k).scope():
+        model = lib.Sequential([lib.Input((5,)), lib.layers.Dense(2, name="d")], name="net")
+        model.compile(
+            optimizer=opt(learning_rate=0.01),
+            loss="mse",
+            steps_per_execution=steps_per_execution,
+        )
+    model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=[callback], shuffle=False)
+    return model
+
+
+class SummaryStepTest(tf.test.TestCase):
+    """GSNRTensorBoard counts optimizer steps (``iterations``), not its calls (issue 22,
+    item 3), and takes ``update_freq`` as Keras' TensorBoard does."""
+
+    def test_steps_per_execution_writes_at_the_optimizer_steps(self):
+        """steps_per_execution=3, 12 steps, update_freq=3: four points, at steps 3, 6, 9,
+        12 (one point, at step 3, before), the last with the final statistics; update_freq
+        4: at the first call after each multiple (6, 9, 12); a second fit continues."""
+        log_dir = tempfile.mkdtemp()
+        model = fit_dense(
+            vrgd_tf.GSNRTensorBoard(log_dir, update_freq=3), 12, steps_per_execution=3
+        )
+        self.assertEqual(int(model.optimizer.iterations.numpy()), 12)
+        written = event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]
+        self.assertEqual(sorted(written), [3, 6, 9, 12])
+        self.assertAllClose(written[12], model.optimizer.vrgd_statistics()["kernel"]["mean_gsnr"])
+        log_dir = tempfile.mkdtemp()
+        fit_dense(vrgd_tf.GSNRTensorBoard(log_dir, update_freq=4), 12, steps_per_execution=3)
+        self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [6, 9, 12])
+
+    def test_a_second_fit_continues_the_steps(self):
+        log_dir, again = tempfile.mkdtemp(), tempfile.mkdtemp()
+        model = fit_dense(vrgd_tf.GSNRTensorBoard(log_dir, update_freq=2), 4)
+        x = np.zeros([16, 5], np.float32) + np.arange(16, dtype=np.float32)[:, None]
+        y = np.ones([16, 2], np.float32)
+        callback = vrgd_tf.GSNRTensorBoard(again, update_freq=2)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback], shuffle=False)
+        self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [2, 4])
+        self.assertEqual(sorted(event_scalars(again)["vrgd/kernel/mean_gsnr"]), [6])
+
+    def test_update_freq_epoch_and_batch(self):
+        """ "epoch": one point per epoch at its last step (a ValueError from int() before);
+        "batch": every step."""
+        log_dir = tempfile.mkdtemp()
+        callback = vrgd_tf.GSNRTensorBoard(log_dir, update_freq="epoch")
+        self.assertEqual(callback.update_freq, "epoch")
+        fit_dense(callback, 4, epochs=2)
+        self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [4, 8])
+        log_dir = tempfile.mkdtemp()
+        callback = vrgd_tf.GSNRTensorBoard(log_dir, update_freq="batch")
+        self.assertEqual(callback.update_freq, 1)
+        fit_dense(callback, 3)
+        self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [1, 2, 3])
+
+    def test_invalid_update_freq_is_named(self):
+        for value in ("sometimes", "100", 0, -2, 2.5, True, None):
+            with self.assertRaisesRegex(ValueError, "`update_freq` must be .*epoch", msg=value):
+                vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=value)
+        self.assertEqual(vrgd_tf.GSNRTensorBoard("/tmp/x", update_freq=np.int64(5)).update_freq, 5)
+
+    def test_tf_keras_callback_counts_optimizer_steps(self):
+        """tf_keras, steps_per_execution=2, 8 steps, update_freq=2: points at 2, 4, 6, 8
+        (at 2 and 4 before: one per call); "epoch" accepted."""
+        util.skip_without_tf_keras(self)
+        from vrgd_tf import tf_keras as vtk
+
+        log_dir = tempfile.mkdtemp()
+        callback = summaries.tf_keras_callback(log_dir, update_freq=2)
+        fit_dense(callback, 8, steps_per_execution=2, family="tf_keras")
+        self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [2, 4, 6, 8])
+        self.assertEqual(summaries.tf_keras_callback(log_dir, "epoch").update_freq, "epoch")
+        with self.assertRaisesRegex(ValueError, "`update_freq`"):
+            summaries.tf_keras_callback(log_dir, update_freq="often")
+        self.assertIs(vtk.GSNRTensorBoard, type(callback))
+
+
+class _Odd(keras.layers.Layer):
+    """Variables that have no GSNR beside a Dense layer that has: a zero-size weight, an
+    ``overwrite_with_gradient`` weight (as float8's scale and amax history) and a head the
+    loss never reaches (its gradient is always None)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.body = keras.layers.Dense(4, name="body")
+        self.out = keras.layers.Dense(2, name="out")
+        self.head = keras.layers.Dense(3, name="unused_head")
+
+    def build(self, shape):
+        self.body.build(shape)
+        self.out.build((None, 4))
+        self.head.build((None, 4))
+        self.empty = self.add_weight(shape=(0,), initializer="zeros", name="empty")
+        self.amax = self.add_weight(shape=(4,), initializer="zeros", name="amax_history")
+        self.amax.overwrite_with_gradient = True
+
+    def call(self, x):
+        h = self.body(x) + 0.0 * self.amax
+        return self.out(h) + tf.reduce_sum(self.empty)
+
+
+class HeadlineOverVariablesWithGSNRTest(tf.test.TestCase):
+    """Variables without a GSNR are marked and left out of the headline (issue 22, item 4)."""
+
+    def test_rows_without_gsnr_are_marked_and_left_out(self):
+        k, n = 4, 32
+        rng = np.random.RandomState(5)
+        x = rng.randn(n, 5).astype(np.float32)
+        y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
+        with util.strategy_for(k).scope():
+            model = keras.Sequential([keras.Input((5,)), _Odd(name="odd")], name="net")
+            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01), loss="mse")
+        model.fit(x, y, batch_size=n, epochs=1, verbose=0, shuffle=False)
+        stats = model.optimizer.vrgd_statistics()
+        marks = {name: row["has_gsnr"] for name, row in stats.items()}
+        self.assertEqual(
+            marks,
+            {
+                "body/kernel": True,
+                "body/bias": True,
+                "out/kernel": True,
+                "out/bias": True,
+                "empty": False,
+                "amax_history": False,
+                "unused_head/kernel": False,
+                "unused_head/bias": False,
+            },
+        )
+        measured = [row for row in stats.values() if row["has_gsnr"]]
+        every = list(stats.values())
+        logs = summaries.summary_logs(model.optimizer)
+        for tag, field, reduce in (
+            ("vrgd/mean/mean_factor", "mean_factor", np.mean),
+            ("vrgd/mean/norm_ratio", "norm_ratio", np.mean),
+            ("vrgd/median/mean_gsnr", "mean_gsnr", np.median),
+        ):
+            want = reduce([row[field] for row in measured])
+            self.assertAllClose(logs[tag], want, msg=tag)
+            # What the headline was before: the zero rows pulled it down.
+            self.assertGreater(abs(want - reduce([row[field] for row in every])), 0.05, msg=tag)
+        self.assertEqual(logs["vrgd/empty/has_gsnr"], 0.0)
+        self.assertEqual(logs["vrgd/out/kernel/has_gsnr"], 1.0)
+        self.assertEqual(summaries.headline(stats), summaries.summary_logs(model.optimizer, True))
+        weighted = summaries.all_weights_statistics(model.optimizer, model.trainable_variables)
+        self.assertAllClose(
+            weighted["mean_gsnr_over_variables"], np.mean([r["mean_gsnr"] for r in measured])
+        )
+        log_dir = tempfile.mkdtemp()
+        summaries.write_gsnr_summaries(model.optimizer, 1, tf.summary.create_file_writer(log_dir))
+        self.assertEqual(event_histogram_counts(log_dir, "vrgd/hist/mean_factor"), {1: 4.0})
+
+    def test_no_variable_with_gsnr_has_no_headline(self):
+        """Before the first recording step every row is zeros: no headline values (a
+        History column shows NaN, see test_fit_logs), per-variable rows marked."""
+        with util.strategy_for(2).scope():
+            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+            model.compile(optimizer=vrgd_tf.VRGDSGD(statistics_interval=5), loss="mse")
+            model.optimizer.build(model.trainable_variables)
+        self.assertEqual(summaries.summary_logs(model.optimizer, headline_only=True), {})
+        stats = model.optimizer.vrgd_statistics()
+        self.assertEqual([row["has_gsnr"] for row in stats.values()], [False, False])
+
+
 class AllWeightsStatisticsTest(tf.test.TestCase):
     """summaries.all_weights_statistics: element-weighted fractions over all weights."""
 

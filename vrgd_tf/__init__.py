@@ -5,8 +5,9 @@ Keras 3 optimizers: :class:`VRGDSGD`, :class:`VRGDAdam`, :class:`VRGDLars`,
 :class:`VRGDLamb`, and :func:`make_vrgd_optimizer` for any other Keras optimizer class.
 The GSNR statistics live in :mod:`vrgd_tf.gsnr`. The tf_keras family for TF Model Garden
 lives in :mod:`vrgd_tf.tf_keras`; with ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is tf_keras)
-the top-level names are that family's classes, and :class:`GSNRTensorBoard` is the tf_keras
-callback. :func:`vrgd_statistics` reads the GSNR diagnostics through loss-scale wrappers.
+the top-level names are that family's classes, and :class:`GSNRLogger` (headline GSNR
+diagnostics in ``fit``'s logs) and :class:`GSNRTensorBoard` are the tf_keras callbacks.
+:func:`vrgd_statistics` reads the GSNR diagnostics through loss-scale wrappers.
 """
 
 import os as _os
@@ -36,10 +37,17 @@ from vrgd_tf.summaries import unwrap_optimizer, vrgd_statistics  # noqa: E402
 
 if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
     # the tf_keras callback, for tf.keras (= tf_keras) models
+    from vrgd_tf.summaries import TfKerasGSNRLogger as GSNRLogger  # noqa: E402
     from vrgd_tf.summaries import TfKerasGSNRTensorBoard as GSNRTensorBoard  # noqa: E402
 else:
-    from vrgd_tf.summaries import GSNRTensorBoard  # noqa: E402
+    from vrgd_tf.summaries import GSNRLogger, GSNRTensorBoard  # noqa: E402
 
-__all__ += ["GSNRAggregator", "GSNRTensorBoard", "unwrap_optimizer", "vrgd_statistics"]
+__all__ += [
+    "GSNRAggregator",
+    "GSNRLogger",
+    "GSNRTensorBoard",
+    "unwrap_optimizer",
+    "vrgd_statistics",
+]
 if "use_micro_batches" in globals():
     __all__ += ["use_micro_batches"]

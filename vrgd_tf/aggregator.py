@@ -20,7 +20,7 @@ from tensorflow.python.ops import control_flow_util
 
 from vrgd_tf import gsnr, naming, validation
 
-__all__ = ["GSNRAggregator"]
+__all__ = ["GSNRAggregator", "has_gsnr"]
 
 _LOG = logging.getLogger("vrgd_tf")
 
@@ -444,8 +444,11 @@ class GSNRAggregator(tf.Module):
           (mean factor applied, after smoothing: the step's scale relative to the base
           optimizer), ``norm_ratio`` (``||f * S1|| / ||S1||``, the length of the
           variance-reduced summed gradient over the plain one, in [gamma, 1]; 1 when
-          ``S1 = 0``). Empty before :meth:`build`. Values of the last recording step (see
-          ``statistics_interval``) with finite gradients, zeros before that. Variable names
+          ``S1 = 0``); and ``has_gsnr`` (bool, :func:`has_gsnr`: whether a recording step
+          measured the variable; the rows without are zeros and stay out of the summaries
+          over variables, ``docs/spec.md`` section 4). Empty before :meth:`build`. Values of
+          the last recording step (see ``statistics_interval``) with finite gradients, zeros
+          before that. Variable names
           are the variables' paths without the leading scopes that all of them share
           (:func:`vrgd_tf.naming.display_names`), so they stay the same when a model is
           saved and loaded again.
@@ -459,6 +462,7 @@ class GSNRAggregator(tf.Module):
         out = {}
         for name, var in zip(names, self.state.statistics):
             out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
+            out[name]["has_gsnr"] = has_gsnr(out[name])
         if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0 for v in out.values()):
             self._log_inert()
         return out
@@ -479,6 +483,27 @@ class GSNRAggregator(tf.Module):
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
         return cls(**config)
+
+
+def has_gsnr(row) -> bool:
+    """Whether a recorded row of diagnostics belongs to a variable that has a GSNR.
+
+    A recording step writes, for every variable with at least one element whose gradient
+    reached the GSNR step, a ``mean_factor`` in ``[gamma, 1]`` (``gamma > 0``); a variable
+    no step measured keeps its row of zeros (its gradient is always None, or is not a
+    gradient: Keras' ``overwrite_with_gradient`` variables such as float8 scale and amax
+    histories), and one of no element records ``mean_factor = 0``. So the saved rows (five
+    numbers, unchanged: checkpoints restore) tell it without a sixth (``docs/spec.md``
+    section 4).
+
+    Args:
+      row: mapping with at least ``"mean_factor"`` (float), one row of :meth:`GSNRAggregator.
+        statistics`.
+
+    Returns:
+      ``row["mean_factor"] > 0``.
+    """
+    return bool(row["mean_factor"] > 0.0)
 
 
 def _default_var_key(variable):

@@ -378,7 +378,8 @@ class VRGDCommon:
 
         See :meth:`vrgd_tf.GSNRAggregator.statistics`: ``{variable name: {field: float}}``
         with the fields ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one``,
-        ``mean_factor`` and ``norm_ratio``; empty before the optimizer is built. Logs the inert-step warning
+        ``mean_factor`` and ``norm_ratio``, and ``has_gsnr`` (bool: whether a recording
+        step measured the variable); empty before the optimizer is built. Logs the inert-step warning
         if the recorded step had no defined GSNR in any variable.
         """
         return self._vrgd.statistics()

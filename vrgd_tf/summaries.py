@@ -1,23 +1,32 @@
-"""GSNR diagnostics as TensorBoard summaries, and Keras callbacks that write them.
+"""GSNR diagnostics in ``fit``'s logs and as TensorBoard summaries, and the Keras callbacks.
 
 Each VRGD optimizer keeps, per trainable variable, the diagnostics of
 :class:`vrgd_tf.gsnr.GSNRStatistics` (mean GSNR, fractions of elements whose factor was
 clipped at ``gamma`` and at 1, mean factor applied, update norm ratio
 ``||f * S1|| / ||S1||``), computed inside the train step on the
 steps that bring ``iterations`` to a multiple of its ``statistics_interval`` (other steps skip
-that work). These helpers only read them, outside the step, every ``update_freq`` steps; set
-``update_freq`` to a multiple of the interval.
+that work). These helpers only read them, outside the step.
 
-The headline values (:data:`HEADLINE_PREFIXES`) summarise all variables in a way a reader can
+The headline values (:data:`HEADLINE_TAGS`) summarise the variables that have a GSNR
+(:func:`vrgd_tf.aggregator.has_gsnr`; the others, e.g. zero-size variables or a head whose
+gradient is always None, keep rows of zeros and are left out) in a way a reader can
 trust: ``vrgd/median/mean_gsnr`` is the median over variables of the mean GSNR (a mean over
 variables is dominated by the few with a huge GSNR), and ``vrgd/mean/mean_factor`` is the
 mean over variables of the factor applied, i.e. how much smaller than the base optimizer's
-the average step is.
+the average step is (``docs/spec.md`` section 4).
+
+Callbacks, each in both families (Keras 3 here; tf_keras as ``TfKeras*`` here and in
+:mod:`vrgd_tf.tf_keras`): :class:`GSNRLogger` puts headline values into ``fit``'s logs
+(progress bar, ``History``, ``CSVLogger``, Keras' ``TensorBoard``), :class:`GSNRTensorBoard`
+writes all of them to TensorBoard. Both count steps by the optimizer's ``iterations``.
 """
 
 import contextlib
+import dataclasses
 import importlib.util
 import logging
+import math
+from typing import Dict, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -26,20 +35,38 @@ from vrgd_tf.gsnr import STATISTICS_FIELDS
 
 __all__ = [
     "write_gsnr_summaries",
+    "GSNRLogger",
     "GSNRTensorBoard",
     "summary_logs",
+    "headline",
     "HEADLINE_PREFIXES",
+    "HEADLINE_TAGS",
+    "FIT_LOG_TAGS",
     "unwrap_optimizer",
     "vrgd_statistics",
     "all_weights_statistics",
     "tf_keras_callback",
 ]
-# Also ``TfKerasGSNRTensorBoard`` (made on first access, as it imports tf_keras; not in
-# ``__all__`` for that reason).
+# Also ``TfKerasGSNRTensorBoard`` and ``TfKerasGSNRLogger`` (made on first access, as they
+# import tf_keras; not in ``__all__`` for that reason).
 
 _FIELDS = STATISTICS_FIELDS
 #: Tag prefixes of the summaries over all variables (median of the GSNR, means of the rest).
 HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
+#: The headline over variables, ``(tag, field, reduction over the variables)``: the median
+#: of the mean GSNR, the means of the other fields. The one definition of the headline.
+_HEADLINE = (("vrgd/median/" + _FIELDS[0], _FIELDS[0], np.median),) + tuple(
+    ("vrgd/mean/" + field, field, np.mean) for field in _FIELDS[1:]
+)
+#: Tags of the headline values, in order: ``vrgd/median/mean_gsnr``, then
+#: ``vrgd/mean/<field>`` for ``frac_at_gamma``, ``frac_at_one``, ``mean_factor``,
+#: ``norm_ratio``.
+HEADLINE_TAGS = tuple(tag for tag, _, _ in _HEADLINE)
+#: The headline values :class:`GSNRLogger` puts into ``fit``'s logs by default: the mean
+#: factor applied, the median mean GSNR and the update norm ratio.
+FIT_LOG_TAGS = ("vrgd/mean/mean_factor", "vrgd/median/mean_gsnr", "vrgd/mean/norm_ratio")
+#: The per-variable tag marking whether the variable has a GSNR (1.0) or not (0.0).
+_HAS_GSNR = "has_gsnr"
 _LOG = logging.getLogger("vrgd_tf")
 
 
@@ -130,52 +157,78 @@ def vrgd_statistics(optimizer):
     return inner.vrgd_statistics()
 
 
+def _statistics_or_empty(optimizer):
+    """``vrgd_statistics()`` of the VRGD optimizer inside ``optimizer``; {} if none."""
+    optimizer = unwrap_optimizer(optimizer)
+    if not hasattr(optimizer, "vrgd_statistics"):
+        return {}
+    return optimizer.vrgd_statistics()
+
+
+def headline(stats: Mapping[str, Mapping]) -> Dict[str, float]:
+    """The headline values over the variables that have a GSNR.
+
+    Args:
+      stats: ``{variable name: row}`` as ``vrgd_statistics()`` returns (rows with the fields
+        of :data:`vrgd_tf.gsnr.STATISTICS_FIELDS` and ``has_gsnr``).
+
+    Returns:
+      ``{tag: float}`` for the tags of :data:`HEADLINE_TAGS`: the median over the variables
+      with ``has_gsnr`` of their ``mean_gsnr`` and the means of the other fields; empty when
+      no variable has a GSNR (before the first recording step, or no variable measured).
+    """
+    rows = [row for row in stats.values() if row[_HAS_GSNR]]
+    if not rows:
+        return {}
+    return {tag: float(reduce([row[field] for row in rows])) for tag, field, reduce in _HEADLINE}
+
+
+def _logs(stats, headline_only):
+    logs = {}
+    if not headline_only:
+        for name, row in stats.items():
+            for field in _FIELDS:
+                logs[f"vrgd/{name}/{field}"] = row[field]
+            logs[f"vrgd/{name}/{_HAS_GSNR}"] = float(row[_HAS_GSNR])
+    logs.update(headline(stats))
+    return logs
+
+
 def summary_logs(optimizer, headline_only=False):
     """The optimizer's GSNR diagnostics as a flat ``{tag: float}`` dict.
 
     Tags: ``"vrgd/<variable>/<field>"`` for every variable and field of
-    :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`, plus the headline over variables:
-    ``"vrgd/median/mean_gsnr"`` (median of the per-variable mean GSNR) and
-    ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one``, ``mean_factor`` and
-    ``norm_ratio`` (means over variables). Suitable for a Keras ``logs`` dict or Model Garden's train-step
-    logs.
+    :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`, ``"vrgd/<variable>/has_gsnr"`` (1.0 or 0.0, see
+    :func:`vrgd_tf.aggregator.has_gsnr`), plus the headline over the variables that have a
+    GSNR (:func:`headline`): ``"vrgd/median/mean_gsnr"`` (median of the per-variable mean
+    GSNR) and ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one``,
+    ``mean_factor`` and ``norm_ratio`` (means over those variables), present only when some
+    variable has one. Suitable for a Keras ``logs`` dict or Model Garden's train-step logs.
 
     Args:
       optimizer: a vrgd_tf optimizer of either family, possibly inside a loss-scale wrapper.
-      headline_only: bool; return only the headline tags (:data:`HEADLINE_PREFIXES`).
+      headline_only: bool; return only the headline tags (:data:`HEADLINE_TAGS`).
 
     Returns:
       The dict; empty for a non-VRGD optimizer or one not built yet.
     """
-    optimizer = unwrap_optimizer(optimizer)
-    if not hasattr(optimizer, "vrgd_statistics"):
-        return {}
-    stats = optimizer.vrgd_statistics()
-    logs = {}
-    if not headline_only:
-        for name, values in stats.items():
-            for field in _FIELDS:
-                logs[f"vrgd/{name}/{field}"] = values[field]
-    if stats:
-        logs["vrgd/median/mean_gsnr"] = float(np.median([v["mean_gsnr"] for v in stats.values()]))
-        for field in _FIELDS[1:]:
-            logs[f"vrgd/mean/{field}"] = float(np.mean([v[field] for v in stats.values()]))
-    return logs
+    return _logs(_statistics_or_empty(optimizer), headline_only)
 
 
 def all_weights_statistics(optimizer, variables):
     """The last recorded step's diagnostics over all weights, each weight counting once.
 
     ``frac_at_gamma`` and ``frac_at_one`` are the fractions of all elements of ``variables``
-    (means over variables weighted by their sizes, unlike the unweighted headline of
-    :func:`summary_logs`); ``mean_gsnr_over_variables`` is the plain mean over variables of
-    their mean GSNR.
+    that have a GSNR (means over those variables weighted by their sizes, unlike the
+    unweighted headline of :func:`summary_logs`); ``mean_gsnr_over_variables`` is the plain
+    mean over those variables of their mean GSNR.
 
     Args:
       optimizer: a vrgd_tf optimizer of either family, possibly inside loss-scale wrappers;
         anything else gives None.
       variables: the variables to count, e.g. ``model.trainable_variables``; those without
-        VRGD state (not trained by ``optimizer``) are left out.
+        VRGD state (not trained by ``optimizer``) or without a GSNR
+        (:func:`vrgd_tf.aggregator.has_gsnr`) are left out.
 
     Returns:
       ``{"frac_at_gamma": float in [0, 1], "frac_at_one": float in [0, 1],
@@ -190,26 +243,29 @@ def all_weights_statistics(optimizer, variables):
     sizes = np.zeros(len(stats))
     for variable in variables:
         if state is not None and variable in state:
-            sizes[state.index(variable)] = np.prod(variable.shape)
+            i = state.index(variable)
+            sizes[i] = np.prod(variable.shape) if stats[i][_HAS_GSNR] else 0
     if not stats or sizes.sum() == 0:
         return None
     out = {
         field: float(np.dot(sizes, [s[field] for s in stats]) / sizes.sum())
         for field in ("frac_at_gamma", "frac_at_one")
     }
-    out["mean_gsnr_over_variables"] = float(np.mean([s["mean_gsnr"] for s in stats]))
+    out["mean_gsnr_over_variables"] = float(
+        np.mean([s["mean_gsnr"] for s, size in zip(stats, sizes) if size > 0])
+    )
     return out
 
 
 def write_gsnr_summaries(optimizer, step, writer=None):
     """Writes the optimizer's GSNR diagnostics as TensorBoard scalars and histograms.
 
-    Scalars: every tag of :func:`summary_logs`; histograms ``vrgd/hist/<field>`` over
-    variables.
+    Scalars: every tag of :func:`summary_logs`; histograms ``vrgd/hist/<field>`` over the
+    variables that have a GSNR.
 
     Args:
       optimizer: a vrgd_tf optimizer (either family), possibly inside a LossScaleOptimizer.
-      step: int, the summary step.
+      step: int, the summary step (the callbacks pass the optimizer's ``iterations``).
       writer: a ``tf.summary`` writer; default the current default writer.
 
     Returns:
@@ -220,115 +276,331 @@ def write_gsnr_summaries(optimizer, step, writer=None):
         not install it), see :func:`require_tensorboard`.
     """
     require_tensorboard("write_gsnr_summaries")
-    logs = summary_logs(optimizer)
+    stats = _statistics_or_empty(optimizer)
+    logs = _logs(stats, headline_only=False)
     if not logs:
         return logs
+    rows = [row for row in stats.values() if row[_HAS_GSNR]]
     ctx = writer.as_default(step=step) if writer is not None else contextlib.nullcontext()
     with ctx:
         for key, value in logs.items():
             tf.summary.scalar(key, value, step=step)
         for field in _FIELDS:
-            values = [
-                v
-                for k, v in logs.items()
-                if k.endswith("/" + field) and not k.startswith(HEADLINE_PREFIXES)
-            ]
-            tf.summary.histogram(f"vrgd/hist/{field}", np.asarray(values, np.float32), step=step)
+            values = np.asarray([row[field] for row in rows], np.float32)
+            tf.summary.histogram(f"vrgd/hist/{field}", values, step=step)
     return logs
 
 
+# --- the callbacks ---------------------------------------------------------------------------
+
+
+def _iterations(optimizer) -> int:
+    """``optimizer.iterations`` as a Python int (one device-to-host read)."""
+    return int(tf.convert_to_tensor(optimizer.iterations).numpy())
+
+
+def _vrgd_optimizer(model, owner):
+    """The VRGD optimizer of ``model`` (inside loss-scale wrappers); TypeError if none."""
+    optimizer = unwrap_optimizer(model.optimizer)
+    if not hasattr(optimizer, "vrgd_statistics"):
+        raise TypeError(
+            f"{owner}: the model's optimizer "
+            f"({type(model.optimizer).__module__}.{type(model.optimizer).__qualname__}) has "
+            "no VRGD optimizer inside, so there are no GSNR diagnostics to show. Compile "
+            f"with a vrgd_tf optimizer, or remove the {owner} callback."
+        )
+    return optimizer
+
+
+@dataclasses.dataclass
+class _StepClock:
+    """The optimizer's step count as the host knows it, without a read on every batch.
+
+    Between two reads of ``optimizer.iterations`` (a device-to-host copy) the count is
+    advanced by the batch indices Keras hands ``on_train_batch_end``: the index of the
+    execution's last batch in the epoch, so ``steps_per_execution > 1`` counts its steps.
+    That estimate can run ahead (a loss-scale optimizer skips steps; Keras' last execution
+    of an epoch may run fewer steps) or behind (a custom step applying twice); it only
+    decides when to read, and every value shown or written comes from a read.
+
+    Attributes:
+      every: int >= 1, the period of the steps of interest (the optimizer's
+        ``statistics_interval``, or a callback's ``update_freq``).
+      known: the step count at the last read.
+      estimate: the estimated step count now.
+      last_batch: the batch index of the previous ``on_train_batch_end`` in this epoch.
+    """
+
+    every: int
+    known: int = 0
+    estimate: int = 0
+    last_batch: int = -1
+
+    def start_epoch(self) -> None:
+        self.last_batch = -1
+
+    def advance(self, batch: int) -> bool:
+        """Counts the batches up to ``batch``; True if the estimate passed a multiple of
+        ``every`` since the last read (time to read)."""
+        self.estimate += max(int(batch) - self.last_batch, 0)
+        self.last_batch = int(batch)
+        return self.estimate // self.every > self.known // self.every
+
+    def sync(self, iterations: int) -> bool:
+        """Records a read; True if the count passed a multiple of ``every`` since the
+        previous read."""
+        passed = iterations // self.every > self.known // self.every
+        self.known = self.estimate = iterations
+        return passed
+
+
+def _parse_update_freq(update_freq):
+    """``update_freq`` as Keras' ``TensorBoard`` takes it: an int >= 1 (bools refused),
+    ``"batch"`` (= 1) or ``"epoch"``; ValueError naming the argument otherwise."""
+    if update_freq == "batch":
+        return 1
+    if update_freq == "epoch":
+        return update_freq
+    if isinstance(update_freq, (bool, np.bool_)) or not isinstance(update_freq, (int, np.integer)):
+        valid = False
+    else:
+        valid = update_freq >= 1
+    if not valid:
+        raise ValueError(
+            '`update_freq` must be an int >= 1 (in optimizer steps), "batch" (= 1) or '
+            f'"epoch", as for keras.callbacks.TensorBoard; got {update_freq!r}.'
+        )
+    return int(update_freq)
+
+
+class _GSNRLoggerMixin:
+    """Puts VRGD's headline GSNR diagnostics into ``fit``'s logs: the progress bar,
+    ``History``, and the callbacks listed after it (``CSVLogger``, Keras' ``TensorBoard``).
+
+    Add it to ``fit``'s callbacks, before any callback that should see the values::
+
+        model.fit(data, callbacks=[vrgd_tf.GSNRLogger(), keras.callbacks.CSVLogger("log.csv")])
+
+    The logs get :data:`FIT_LOG_TAGS` by default (``vrgd/mean/mean_factor``,
+    ``vrgd/median/mean_gsnr``, ``vrgd/mean/norm_ratio``): the headline of
+    :func:`headline` over the variables that have a GSNR, as ``vrgd_statistics()`` has them
+    after the last recording step (the optimizer's ``statistics_interval``). Each batch's
+    logs carry the values read at the last batch that passed a recording step; the epoch's
+    logs (``History``, ``CSVLogger``, the progress bar's end-of-epoch line) the values after
+    the epoch's last step, and NaN ("no value") while no variable has a GSNR, e.g. before the
+    first recording step, so that every epoch has the same columns. tf_keras' progress bar
+    shows, during an epoch, the mean over its batches of every log that is not a model metric
+    (these included); its end-of-epoch line shows the values themselves.
+
+    Why a callback and not metrics the optimizer exposes (the Keras idiom for a number that
+    describes the optimizer rather than the predictions, as ``LearningRateScheduler`` and
+    ``ReduceLROnPlateau`` add ``learning_rate`` to the logs): a Keras metric belongs to the
+    model's predictions. It would be listed in ``compile(metrics=...)`` per output, also run in
+    ``evaluate`` and validation (``val_vrgd/...``: the training step's statistics shown as a
+    validation result), and go into the ``.keras`` file's compile config with a reference to
+    the optimizer it cannot serialize. A callback needs none of that, works the same in both
+    families and leaves ``compile`` alone.
+
+    How the logs get there (Keras 3.15 ``keras.callbacks.CallbackList``, tf_keras 2.20
+    ``tf_keras.callbacks.CallbackList``): every hook hands one ``logs`` dict to the
+    callbacks in list order, and ``History`` and ``ProgbarLogger`` are appended after the
+    ones given to ``fit``, so they see what this callback added; a callback given before it
+    in the list does not. Host round trips: it reads ``optimizer.iterations`` and the
+    statistics only at the batches whose steps passed a recording step (it counts steps
+    from the batch indices in between, so ``steps_per_execution > 1`` counts right), plus
+    one read of ``iterations`` at the end of each epoch and of both at the start of
+    ``fit``; other batches add nothing (Keras 3 converts each batch's logs to Python numbers
+    anyway; under tf_keras this callback accepts tensor logs, so it forces no conversion).
+
+    Args:
+      keys: non-empty sequence of tags of :data:`HEADLINE_TAGS`, the values to log. Default
+        :data:`FIT_LOG_TAGS`.
+
+    Raises:
+      ValueError: at construction, ``keys`` empty or with a tag not in
+        :data:`HEADLINE_TAGS`; when ``fit`` starts, the optimizer's ``statistics_interval``
+        is 0 (it records nothing).
+      TypeError: when ``fit`` starts, the model's optimizer is not a VRGD optimizer (or a
+        loss-scale wrapper around one).
+    """
+
+    _supports_tf_logs = True  # tf_keras: logs may stay tensors (this reads none of them)
+
+    def __init__(self, keys=FIT_LOG_TAGS):
+        super().__init__()
+        keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        unknown = [key for key in keys if key not in HEADLINE_TAGS]
+        if not keys or unknown:
+            raise ValueError(
+                f"`keys` must be a non-empty sequence of headline tags {HEADLINE_TAGS}; got "
+                f"{keys!r}" + (f" ({unknown!r} unknown)." if unknown else ".")
+            )
+        self.keys = keys
+        self._clock = None
+        self._values = {}
+
+    def on_train_begin(self, logs=None):
+        optimizer = _vrgd_optimizer(self.model, type(self).__name__)
+        if optimizer.statistics_interval == 0:
+            raise ValueError(
+                f"{type(self).__name__}: the optimizer's `statistics_interval` is 0, so it "
+                "records no diagnostics to log. Set `statistics_interval` >= 1 (e.g. the "
+                "steps of an epoch), or remove the callback."
+            )
+        self._clock = _StepClock(optimizer.statistics_interval)
+        self._clock.sync(_iterations(optimizer))
+        self._read(optimizer)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._clock.start_epoch()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._clock.advance(batch):
+            self._refresh()
+        if logs is not None:
+            logs.update(self._values)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._refresh()
+        if logs is not None:
+            logs.update({key: self._values.get(key, math.nan) for key in self.keys})
+
+    def _refresh(self):
+        """Reads ``iterations``; the statistics too if a recording step has passed."""
+        optimizer = unwrap_optimizer(self.model.optimizer)
+        if self._clock.sync(_iterations(optimizer)):
+            self._read(optimizer)
+
+    def _read(self, optimizer):
+        values = headline(optimizer.vrgd_statistics())
+        self._values = {key: values[key] for key in self.keys if key in values}
+
+
 class _GSNRTensorBoardMixin:
-    """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` batches.
+    """Writes the VRGD GSNR diagnostics to TensorBoard every ``update_freq`` optimizer steps.
+
+    Scalars and histograms of :func:`write_gsnr_summaries`, at the step the optimizer's
+    ``iterations`` reads when they are written: with ``steps_per_execution = s`` Keras calls
+    the callback once per ``s`` steps, and a point is written at the first call at or after
+    each multiple of ``update_freq``; a second ``fit`` continues the count. It reads
+    ``iterations`` only at those calls and once per epoch (it counts the steps from the
+    batch indices in between), so the other batches cost no host round trip.
 
     Args:
       log_dir: str, directory for the event files (e.g. beside Keras' TensorBoard
         callback: ``os.path.join(log_dir, "vrgd")``).
-      update_freq: int >= 1, in training batches.
-      log_to_history: bool; also add the mean-over-variables values to the epoch logs
-        (so they show in the progress bar and ``History``).
+      update_freq: int >= 1, in optimizer steps; ``"batch"`` (= 1); or ``"epoch"`` (one
+        point at the end of each epoch), as Keras' ``TensorBoard`` takes it. Use a multiple
+        of the optimizer's ``statistics_interval``. Default 100.
+      log_to_history: bool; also add the headline values (:data:`HEADLINE_TAGS`; NaN while
+        no variable has a GSNR) to the epoch logs (progress bar, ``History``).
+        :class:`GSNRLogger` does that for a chosen few, during the epoch too.
 
     Raises:
-      ValueError: ``update_freq`` < 1.
+      ValueError: ``update_freq`` is none of those (the message names it).
       ImportError: the ``tensorboard`` package is not installed (TensorFlow >= 2.21 does
         not install it; ``pip install tensorboard``).
     """
 
+    _supports_tf_logs = True  # tf_keras: logs may stay tensors (this reads none of them)
+
     def __init__(self, log_dir, update_freq=100, log_to_history=False):
         super().__init__()
-        if int(update_freq) < 1:
-            raise ValueError(f"`update_freq` must be an int >= 1; got {update_freq}.")
+        self.update_freq = _parse_update_freq(update_freq)
         require_tensorboard(type(self).__name__)
         self.log_dir = log_dir
-        self.update_freq = int(update_freq)
         self.log_to_history = log_to_history
         self._writer = None
-        self._step = 0
+        self._clock = None
 
     def on_train_begin(self, logs=None):
         self._writer = tf.summary.create_file_writer(self.log_dir)
-        interval = getattr(unwrap_optimizer(self.model.optimizer), "statistics_interval", 1)
-        if interval == 0 or self.update_freq % interval:
+        optimizer = unwrap_optimizer(self.model.optimizer)
+        interval = getattr(optimizer, "statistics_interval", 1)
+        per_step = self.update_freq != "epoch"
+        if per_step and (interval == 0 or self.update_freq % interval):
             _LOG.warning(
-                "GSNRTensorBoard(update_freq=%d) with statistics_interval=%d: the "
+                "%s(update_freq=%d) with statistics_interval=%d: the "
                 "written diagnostics are from an earlier step (or zeros). Use an "
                 "update_freq that is a multiple of the optimizer's statistics_interval.",
+                type(self).__name__,
                 self.update_freq,
                 interval,
             )
+        self._clock = _StepClock(self.update_freq if per_step else 1)
+        self._clock.sync(_iterations(optimizer))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._clock.start_epoch()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
-        if self._step % self.update_freq == 0:
-            write_gsnr_summaries(self.model.optimizer, self._step, self._writer)
+        if self.update_freq != "epoch" and self._clock.advance(batch):
+            self._write(only_if_passed=True)
 
     def on_epoch_end(self, epoch, logs=None):
+        # Per step: also catches a multiple the step estimate missed.
+        self._write(only_if_passed=self.update_freq != "epoch")
         if self.log_to_history and logs is not None:
-            logs.update(summary_logs(self.model.optimizer, headline_only=True))
+            values = headline(_statistics_or_empty(self.model.optimizer))
+            logs.update({tag: values.get(tag, math.nan) for tag in HEADLINE_TAGS})
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
             self._writer.flush()
 
+    def _write(self, only_if_passed):
+        step = _iterations(unwrap_optimizer(self.model.optimizer))
+        if self._clock.sync(step) or not only_if_passed:
+            write_gsnr_summaries(self.model.optimizer, step, self._writer)
 
-def _callback_class(name, callback_base, family):
+
+def _callback_class(mixin, name, callback_base, family):
     return type(
         name,
-        (_GSNRTensorBoardMixin, callback_base),
+        (mixin, callback_base),
         {
             "__module__": __name__,
             "__qualname__": name,
-            "__doc__": _GSNRTensorBoardMixin.__doc__.replace(
-                "to TensorBoard", f"to TensorBoard ({family} callback)", 1
-            ),
+            "__doc__": mixin.__doc__.replace("\n\n", f" ({family} callback.)\n\n", 1),
         },
     )
 
 
-def _keras3_callback():
+def _keras3_callbacks():
     import keras
 
-    return _callback_class("GSNRTensorBoard", keras.callbacks.Callback, "Keras 3")
+    return tuple(
+        _callback_class(mixin, name, keras.callbacks.Callback, "Keras 3")
+        for mixin, name in (
+            (_GSNRLoggerMixin, "GSNRLogger"),
+            (_GSNRTensorBoardMixin, "GSNRTensorBoard"),
+        )
+    )
 
 
-GSNRTensorBoard = _keras3_callback()
+GSNRLogger, GSNRTensorBoard = _keras3_callbacks()
 
-_TF_KERAS_CLASS = None
+#: The tf_keras classes, made on first access: name -> class.
+_TF_KERAS_CLASSES = {}
+_TF_KERAS_MIXINS = {
+    "TfKerasGSNRLogger": _GSNRLoggerMixin,
+    "TfKerasGSNRTensorBoard": _GSNRTensorBoardMixin,
+}
 
 
-def _tf_keras_class():
-    global _TF_KERAS_CLASS
-    if _TF_KERAS_CLASS is None:
+def _tf_keras_class(name="TfKerasGSNRTensorBoard"):
+    if name not in _TF_KERAS_CLASSES:
         import tf_keras
 
-        _TF_KERAS_CLASS = _callback_class(
-            "TfKerasGSNRTensorBoard", tf_keras.callbacks.Callback, "tf_keras"
+        _TF_KERAS_CLASSES[name] = _callback_class(
+            _TF_KERAS_MIXINS[name], name, tf_keras.callbacks.Callback, "tf_keras"
         )
-    return _TF_KERAS_CLASS
+    return _TF_KERAS_CLASSES[name]
 
 
 def __getattr__(name):
-    if name == "TfKerasGSNRTensorBoard":
-        return _tf_keras_class()
+    if name in _TF_KERAS_MIXINS:
+        return _tf_keras_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -336,7 +608,7 @@ def tf_keras_callback(log_dir, update_freq=100, log_to_history=False):
     """A :class:`GSNRTensorBoard` for tf_keras (Keras 2) models.
 
     Same arguments as :class:`GSNRTensorBoard`; returns a ``TfKerasGSNRTensorBoard``
-    (a ``tf_keras.callbacks.Callback``). With ``TF_USE_LEGACY_KERAS=1``,
-    ``vrgd_tf.GSNRTensorBoard`` is that class.
+    (a ``tf_keras.callbacks.Callback``, also ``vrgd_tf.tf_keras.GSNRTensorBoard``). With
+    ``TF_USE_LEGACY_KERAS=1``, ``vrgd_tf.GSNRTensorBoard`` is that class.
     """
     return _tf_keras_class()(log_dir, update_freq=update_freq, log_to_history=log_to_history)

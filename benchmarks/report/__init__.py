@@ -11,7 +11,6 @@ order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and
 import importlib
 
 SECTION_NAMES = (
-    "evidence",
     "sweep",
     "sweep_gsnr",
     "ablations",

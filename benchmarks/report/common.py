@@ -39,8 +39,6 @@ class Context:
       headline, bert_headline, headline_ov: filled by the sweep, BERT and overhead sections
         for the report's head and the README block.
       readme_lines: further Markdown lines for the README block, from any section.
-      evidence_headline: the pre-registered Fashion-MNIST protocol's headline lines (the
-        evidence section), first in the report's head and the README block.
     """
 
     inputs: dict
@@ -52,7 +50,6 @@ class Context:
     bert_headline: list = dataclasses.field(default_factory=list)
     headline_ov: list = dataclasses.field(default_factory=list)
     readme_lines: list = dataclasses.field(default_factory=list)
-    evidence_headline: list = dataclasses.field(default_factory=list)
 
     def result(self, stem):
         """The JSON of ``stem`` given on the command line, else

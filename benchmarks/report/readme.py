@@ -1,11 +1,12 @@
-"""The results block of the README: headline table, commands and main plots."""
+"""The benchmarks block of the README (sweeps, BERT-tiny, cost): headline table, commands and
+main plots. The evidence verdict above it is ``studies/render.py``'s block."""
 
 import os
 
 from report.common import PAIR_LABEL, VR_LABEL, pm, verdict
 
-README_BEGIN = "<!-- results:begin -->"
-README_END = "<!-- results:end -->"
+README_BEGIN = "<!-- benchmarks:begin -->"
+README_END = "<!-- benchmarks:end -->"
 
 
 def write_readme_block(
@@ -17,11 +18,10 @@ def write_readme_block(
     img_dir,
     memory=(),
     extra_lines=(),
-    evidence=(),
 ):
-    """Replaces the README's text between README_BEGIN and README_END with the evidence
-    headline (``evidence``: lines from the pre-registered protocol), the earlier sweeps'
-    numbers (a table), the commands that made them, ``extra_lines`` and the main plots."""
+    """Replaces the README's text between README_BEGIN and README_END with the earlier
+    sweeps' numbers (a table), the commands that made them, ``extra_lines`` and the main
+    plots."""
     with open(readme) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
@@ -38,23 +38,6 @@ def write_readme_block(
         "[docs/results.md](docs/results.md).",
         "",
     ]
-    if evidence:
-        lines += [
-            "**Does it help? The pre-registered test** (`python benchmarks/evidence.py`; "
-            "[protocol](benchmarks/README.md#fashion-mnist-evidence-protocol-pre-registered-"
-            "2026-11-30-before-any-run), every number and plot in "
-            "[docs/results.md](docs/results.md#fashion-mnist-evidence-pre-registered-protocol);"
-            " plots: mean ± 95 % CI per side, and every run's validation curve):",
-            "",
-            *evidence,
-            "",
-        ]
-        for name, alt in (
-            ("evidence_batch_momentum.png", "tuned test accuracy vs batch"),
-            ("evidence_curves_momentum.png", "validation curves at batch 4096"),
-        ):
-            if os.path.exists(os.path.join(img_dir, name)):
-                lines += [f"![{alt}]({rel}/{name})", ""]
     lines += made_by
     if headline:
         lines += [

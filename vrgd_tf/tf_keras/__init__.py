@@ -4,9 +4,21 @@
 ``tf_keras.optimizers.legacy`` and Model Garden's LARS / LAMB. What they are built on, how the
 GSNR step plugs in, loss scaling, low-precision variables and checkpoint slots: see
 :mod:`vrgd_tf.tf_keras.optimizers`, where the classes live. Needs the ``model_garden`` extra
-(``tf-models-official``, ``tf-keras``).
+(``tf-models-official``, ``tf-keras``). The diagnostics callbacks for tf_keras ``fit``:
+``GSNRLogger`` and ``GSNRTensorBoard`` (:mod:`vrgd_tf.summaries`, there named
+``TfKerasGSNRLogger`` and ``TfKerasGSNRTensorBoard``).
 """
 
+from vrgd_tf.summaries import TfKerasGSNRLogger as GSNRLogger
+from vrgd_tf.summaries import TfKerasGSNRTensorBoard as GSNRTensorBoard
 from vrgd_tf.tf_keras.optimizers import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
 
-__all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
+__all__ = [
+    "VRGDSGD",
+    "VRGDAdam",
+    "VRGDLars",
+    "VRGDLamb",
+    "make_vrgd_optimizer",
+    "GSNRLogger",
+    "GSNRTensorBoard",
+]

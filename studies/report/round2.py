@@ -1,10 +1,11 @@
-"""The Fashion-MNIST evidence section of docs/results.md, from benchmarks/results/evidence/.
+"""The round-2 Fashion-MNIST evidence section of docs/results.md, from
+studies/evidence/results/round2/.
 
-Entry point :func:`render` (the report's section interface); :func:`section` returns the
-markdown and writes its plots. Whatever
+:func:`section` returns the markdown and writes its plots (studies/render.py calls it);
+:func:`headline` gives the README's lines. Whatever
 data exist are shown; a missing phase reads "not yet run", too few pairs "inconclusive".
-The verdict words and rules are the pre-registered ones (benchmarks/README.md,
-benchmarks/evidence_stats.py).
+The verdict words and rules are the pre-registered ones (studies/evidence/ROUND2_PROTOCOL.md,
+studies/evidence/evidence_stats.py).
 """
 
 import json
@@ -14,6 +15,9 @@ import os
 import evidence_stats as es
 import numpy as np
 
+RESULTS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evidence", "results"
+)
 PAIR_LABEL = {"momentum": ("Momentum", "VR-Momentum"), "lamb": ("LAMB", "VR-LAMB")}
 SMALL, LARGE = 256, 4096
 COLORS = {"base": "tab:blue", "vr": "tab:red", "vr_shuffled": "tab:gray"}
@@ -104,8 +108,10 @@ def _rule_out(summary):
 def _boot_note(summary):
     return (
         f'The bootstrap interval alone would read "{summary["verdict_boot"]}"; the '
-        "pre-registered rule uses the t interval, because a percentile bootstrap over "
-        f"{summary['n']} pairs is too narrow (it cannot reach beyond the observed deltas)."
+        "pre-registered rule uses the t interval: with "
+        f"{summary['n']} pairs a percentile bootstrap under-covers (it spreads the mean with "
+        "the sample's own variance, a factor (n − 1)/n too small, and with normal-like rather "
+        "than t quantiles), so its interval is too narrow."
         if summary["verdict_boot"] != summary["verdict"]
         else f'The bootstrap interval gives the same verdict ("{summary["verdict_boot"]}").'
     )
@@ -392,7 +398,8 @@ def _secondary(tune, final, paper, pair, lines):
             parts.append(
                 f"{side} {w['count']} grid rate"
                 + (
-                    " (the window is narrower than the grid's factor 2)"
+                    " (the window is narrower than ×4, since it ends short of both "
+                    "neighbouring grid points; the ×2 grid does not resolve it)"
                     if w["count"] == 1
                     else f"s, {w['log2_width']:.0f} octaves"
                 )
@@ -500,10 +507,24 @@ def _shuffled(final, controls, pair, lines):
                 else "no evidence that the factor's GSNR information (rather than its "
                 "distribution) matters."
             )
+            + _matched_note(sh, vr)
         )
     else:
         lines.append("VR − VR-shuffled at 4096: not yet run.")
     lines.append("")
+
+
+def _matched_note(shuffled_runs, vr_runs):
+    """The control's step size against VR's, from the recorded update norm ratios."""
+    nr_sh, nr_vr = norm_ratio_range(shuffled_runs), norm_ratio_range(vr_runs)
+    if not (nr_sh and nr_vr):
+        return ""
+    return (
+        f" The control was not step-matched: its update norm ratio was {nr_sh[0]:.2f}–"
+        f"{nr_sh[1]:.2f}, VR's {nr_vr[0]:.2f}–{nr_vr[1]:.2f}, so this contrast mixes the "
+        "factor's information with a shorter step (round 3's norm-matched shuffle and "
+        "scalar-VR arms separate them)."
+    )
 
 
 def _tuned_note(tune, lr):
@@ -522,7 +543,7 @@ def _tuned_note(tune, lr):
 
 
 def _mechanistic(mech, lines, tune=None):
-    lines += ["### Mechanistic checks", ""]
+    lines += ["#### Mechanistic checks", ""]
     if not mech:
         lines += ["Not yet run.", ""]
         return
@@ -539,7 +560,10 @@ def _mechanistic(mech, lines, tune=None):
             )
             + ". A factor with no signal in it already scales most elements down (all but "
             "the fraction at 1) and puts about a quarter at gamma; its mean is about 0.5. "
-            "Per-layer values near these lines carry no GSNR information."
+            "Per-layer values near these lines are what a factor without signal would also "
+            "show, but a factor that does track the GSNR can sit close to them too (these "
+            "marginal statistics barely move with the signal), so they cannot tell whether it "
+            "carries information; check (b) asks that directly."
         )
         lines.append("")
     info = mech.get("informative")
@@ -599,6 +623,19 @@ def _mechanistic(mech, lines, tune=None):
         lines.append("")
 
 
+def _paper_power_note(vr_runs, lr, base_lr):
+    """Why the paper arm could not show a rescue: VR shortens the step by its norm ratio
+    only, far less than the overshoot of the tuned base rate."""
+    nr = norm_ratio_range(vr_runs)
+    if nr is None or not base_lr:
+        return "."
+    return (
+        f". The arm had no power to show a rescue: its rate is {lr / base_lr:g}x the base's "
+        f"tuned {base_lr:g}, and VR shortened its updates to only {nr[0]:.2f}–{nr[1]:.2f} of "
+        "the gradient step here, so it could not bring this rate near a working one."
+    )
+
+
 def _paper_rate_note(tune, pair, lr):
     """Whether both sides already collapsed at the paper arm's rate in tuning."""
     tuned = [
@@ -612,6 +649,28 @@ def _paper_rate_note(tune, pair, lr):
             "show VR rescuing a rate that fails for the base; it does not."
         )
     return ""
+
+
+def norm_ratio_range(runs):
+    """(min, max) over ``runs`` of each run's mean recorded update norm ratio
+    ``||f * S1|| / ||S1||`` (over epochs and variables), or None without diagnostics."""
+    per = []
+    for r in runs:
+        vals = [v["norm_ratio"] for d in r.get("diagnostics", []) for v in d["stats"].values()]
+        if vals:
+            per.append(float(np.mean(vals)))
+    return (min(per), max(per)) if per else None
+
+
+def _step_text(vr_runs, vr_lr):
+    """How far VR's tuned step moved, from its recorded update norm ratios, or ""."""
+    nr = norm_ratio_range(vr_runs)
+    if nr is None:
+        return ""
+    return (
+        f"VR's update was {nr[0]:.2f}–{nr[1]:.2f} times the plain gradient step, so at its rate "
+        f"{vr_lr:g} it moved like the base at {vr_lr * nr[0]:.3f}–{vr_lr * nr[1]:.3f}"
+    )
 
 
 def _mean_acc(runs):
@@ -677,16 +736,30 @@ def headline(results_dir, pair="momentum"):
         sb = _paired(base, sh)
         vs_base = ""
         if sb:
+            step = _step_text(vr, rates.get("vr", vr[0]["peak_lr"]))
             vs_base = (
                 f" The shuffled control itself reaches {_mean_sd(sh)} %, VR-shuffled − base "
-                f"{_delta_text(sb)}: these data do not "
-                "separate the factor's GSNR information from its size (a smaller effective "
-                "step)."
+                f"{_delta_text(sb)}: these data do not separate the factor's GSNR "
+                "information from the step size"
+                + (
+                    f" ({step}: a larger step than the base's tuned "
+                    f"{rates.get('base', float('nan')):g}, between the base's ×2 grid points)"
+                    if step
+                    else ""
+                )
+                + "."
             )
+        nr_sh, nr_vr = norm_ratio_range(sh), norm_ratio_range(vr)
+        matched = (
+            f"; not step-matched: its update norm ratio was {nr_sh[0]:.2f}–{nr_sh[1]:.2f}, "
+            f"VR's {nr_vr[0]:.2f}–{nr_vr[1]:.2f}"
+            if nr_sh and nr_vr
+            else ""
+        )
         out.append(
             f"- Control, VR − VR-shuffled (the factor permuted within each variable every "
-            f"step: same distribution, no GSNR information; at VR's rate), {ss['n']} pairs: "
-            f"{_delta_text(ss)}.{vs_base}"
+            f"step: same distribution, no GSNR information; at VR's rate{matched}), "
+            f"{ss['n']} pairs: {_delta_text(ss)}.{vs_base}"
         )
     pb, pv = (_by_seed(_runs(paper, pair=pair, side=x)) for x in ("base", "vr"))
     pseeds = sorted(set(pb) & set(pv))
@@ -704,34 +777,86 @@ def headline(results_dir, pair="momentum"):
             f"VR {_mean_sd(list(pv.values()))} %"
             + (
                 ": VR does not prevent the collapse here (the paper's largest claim is that "
-                "it does: +75 pp at batch 4k on CIFAR-10)."
+                "it does: +75 pp at batch 4k on CIFAR-10)"
                 if c["vr_rate"] > 0 and c["vr_rate"] >= c["base_rate"]
-                else "."
+                else ""
             )
+            + _paper_power_note(list(pv.values()), lr, rates.get("base"))
             + _paper_rate_note(tune, pair, lr)
         )
     return out
 
 
-def render(ctx, lines):
-    """Appends the section for ``ctx`` (:class:`report.common.Context`) to ``lines`` and the
-    evidence headline to ``ctx.evidence_headline``; the phase JSONs are read from
-    ``benchmarks/results/evidence/`` (``evidence_quick/`` with ``--quick``, and no section
-    if that does not exist)."""
-    from report.common import RESULTS
+def _disclosures(tune, final, controls, paper, mech, pair="momentum"):
+    """What round 2 did not state at the time, computed from its JSON."""
+    out = []
+    best = (tune or {}).get("best", {})
+    b_small, b_large = (best.get(f"{pair}/b{b}") for b in (SMALL, LARGE))
+    if b_small and b_large:
+        ratios = {b: v["vr"] / v["base"] for b, v in ((SMALL, b_small), (LARGE, b_large))}
+        out.append(
+            "The tuned rates differ by exactly one step of the ×2 grid at both batches (VR/base "
+            + ", ".join(f"{r:g}x at {b}" for b, r in ratios.items())
+            + "), so the two sides were compared on effectively offset grids."
+        )
+        out.append(
+            f"The tuned rate falls with the batch: base {b_small['base']:g} at {SMALL} → "
+            f"{b_large['base']:g} at {LARGE}, VR {b_small['vr']:g} → {b_large['vr']:g} (the "
+            "opposite of any scaling rule: a stability-limited regime)."
+        )
+    out += _small_batch_outlier(final, pair)
+    n_test = sum("test_acc" in r["final"] for r in _runs(tune))
+    if n_test:
+        out.append(
+            f"Test accuracy was computed and stored in all {n_test} tuning runs (no choice "
+            "used it: every choice is on validation accuracy)."
+        )
+    versions = []
+    for name, st in (("tune", tune), ("final", final), ("controls", controls), ("paper", paper)):
+        lib = ((st or {}).get("environment") or {}).get("library") or {}
+        if lib.get("git_head"):
+            dirty = lib.get("git_status_vrgd_tf")
+            versions.append(
+                f"{name} {lib['git_head'][:7]}"
+                + (f" (uncommitted: {dirty.strip()})" if dirty else "")
+            )
+    if versions:
+        out.append(
+            "Code versions were recorded once per phase, from the files on disk at the first "
+            "save, not per run nor from the imported modules: " + "; ".join(versions) + "."
+        )
+    if not out:
+        return []
+    return (
+        ["Disclosed after the runs (from the review of round 2):", ""]
+        + [f"- {x}" for x in out]
+        + [""]
+    )
 
-    results_dir = os.path.join(RESULTS, "evidence_quick" if ctx.quick else "evidence")
-    if ctx.quick and not os.path.isdir(results_dir):
-        return  # `evidence.py --quick` was not run: no section in the quick report
-    lines.append(section(results_dir, ctx.img_dir, ctx.img_rel))
-    ctx.evidence_headline = headline(results_dir)
+
+def _small_batch_outlier(final, pair):
+    b = _by_seed(_runs(final, pair=pair, batch=SMALL, side="base"))
+    v = _by_seed(_runs(final, pair=pair, batch=SMALL, side="vr"))
+    seeds = sorted(set(b) & set(v))
+    if len(seeds) < 4:
+        return []
+    worst = min(seeds, key=lambda x: v[x]["final"]["test_acc"])
+    rest = es.paired_summary(
+        [v[x]["final"]["test_acc"] - b[x]["final"]["test_acc"] for x in seeds if x != worst]
+    )
+    full = _paired(list(b.values()), list(v.values()))
+    return [
+        f"At batch {SMALL} one VR seed ({worst}: {v[worst]['final']['test_acc']:.2f} %) drives "
+        f"the result: Δ {full['mean']:+.2f} pp with it, {rest['mean']:+.2f} ± {rest['sd']:.2f} "
+        "pp (mean ± sd) without it."
+    ]
 
 
 def section(results_dir, images_dir, images_rel):
     """The evidence section (markdown) for docs/results.md; writes its plots.
 
     Args:
-      results_dir: directory of the phase JSON files (benchmarks/results/evidence).
+      results_dir: directory of the phase JSON files (studies/evidence/results/round2).
       images_dir: where the PNGs go.
       images_rel: ``images_dir`` relative to the markdown file (for the links).
 
@@ -742,15 +867,17 @@ def section(results_dir, images_dir, images_rel):
         _load(results_dir, p) for p in ("tune", "final", "controls", "paper", "mechanistic")
     )
     lines = [
-        "## Fashion-MNIST evidence (pre-registered protocol)",
+        "### Round 2: tuned base vs VR (pre-registered)",
         "",
-        'The protocol, fixed before any run: benchmarks/README.md, "Fashion-MNIST evidence '
-        'protocol"; runner `python benchmarks/evidence.py`. Verdict words, decided by the '
+        "The protocol, fixed before any run: "
+        "[studies/evidence/ROUND2_PROTOCOL.md](../studies/evidence/ROUND2_PROTOCOL.md); runner "
+        "`python3 studies/evidence/round2.py`. Verdict words, decided by the "
         '95 % t interval of the paired Δ only: "VR better" (CI above 0 and mean ≥ +1 pp), '
         '"equivalent" (CI inside ±1 pp), "worse" (CI below 0), otherwise '
         '"inconclusive".',
         "",
     ]
+    lines += _disclosures(tune, final, controls, paper, mech)
     os.makedirs(images_dir, exist_ok=True)
     for pair in ("momentum", "lamb"):
         if pair != "momentum" and not any(
@@ -758,7 +885,7 @@ def section(results_dir, images_dir, images_rel):
         ):
             continue
         base_l, vr_l = PAIR_LABEL[pair]
-        lines += [f"### {base_l} vs {vr_l}", ""]
+        lines += [f"#### {base_l} vs {vr_l}", ""]
         _primary(final, pair, lines)
         target = _secondary(tune, final, paper, pair, lines)
         _shuffled(final, controls, pair, lines)

@@ -1,5 +1,5 @@
-"""Mechanistic checks (a)-(d) of the Fashion-MNIST evidence protocol (benchmarks/README.md),
-run by ``python benchmarks/evidence.py --phases=mechanistic`` (minutes, one process).
+"""Mechanistic checks (a)-(d) of the Fashion-MNIST evidence protocol (studies/evidence/ROUND2_PROTOCOL.md),
+run by ``python studies/evidence/round2.py --phases=mechanistic`` (minutes, one process).
 
 (a) Null calibration: the factor statistics (vrgd_tf.gsnr, the library's own math) for pure
     noise, replica gradients i.i.d. N(0, 1) (true GSNR 0), at k = 8 (and 32): the values a
@@ -94,21 +94,20 @@ def _group_grads(grads, x, y, idx, groups):
 def informative_and_critical(data, gamma, lr, log):
     """Checks (b) and (c) along a base Momentum run at batch 4096."""
     import keras
+    import studylib
     from scipy import stats as sps
 
-    import benchlib
-
     batch = 4096
-    strategy = benchlib.strategy_for(8)
+    strategy = studylib.strategy_for(8)
 
     def make_opt(schedule):
-        return benchlib.make_optimizer("momentum", "base", schedule)
+        return studylib.make_optimizer("momentum", "base", schedule)
 
-    trainer = benchlib.Trainer(strategy, benchlib.fashion_cnn, make_opt)
+    trainer = studylib.Trainer(strategy, studylib.fashion_cnn, make_opt)
     n = data["x"].shape[0]
     spe = n // batch
-    trainer.reset(benchlib.init_weights(benchlib.fashion_cnn, 0), lr, 3 * spe, 30 * spe)
-    probe = benchlib.fashion_cnn()
+    trainer.reset(studylib.init_weights(studylib.fashion_cnn, 0), lr, 3 * spe, 30 * spe)
+    probe = studylib.fashion_cnn()
     grads = _grad_fn(probe)
     names = [v.path for v in trainer.model.trainable_variables]
     sizes = [int(np.prod(v.shape)) for v in trainer.model.trainable_variables]
@@ -253,10 +252,9 @@ def toy(log, previous=None):
 
 def run_all(state, flags_, save):
     """Runs the checks not yet in ``state`` (a dict saved by ``save()`` after each)."""
+    import studylib
     import tensorflow as tf
     from absl import logging
-
-    import benchlib
 
     def log(msg):
         logging.info(msg)
@@ -274,7 +272,7 @@ def run_all(state, flags_, save):
         state["toy"]["seconds"] = round(seconds + time.time() - t0, 1)
         save()
     if "informative" not in state:
-        data = benchlib.prepare(benchlib.load_fashion_mnist(flags_.data_dir))
+        data = studylib.prepare(studylib.load_fashion_mnist(flags_.data_dir))
         data["tf_x_val"] = tf.constant(data["x_val"])
         t0 = time.time()
         # The base rate at 4096 before tuning: the registered batch-256 centre (momentum

@@ -1,7 +1,8 @@
-"""Statistics of the Fashion-MNIST evidence protocol (benchmarks/README.md), with scipy.stats.
+"""Statistics of the Fashion-MNIST evidence protocols (studies/evidence/ROUND2_PROTOCOL.md and,
+for round 3's primary family and readout, studies/evidence/PROTOCOL.md), with scipy.stats.
 
 Everything here is pure NumPy/SciPy on lists of numbers, so the verdict rules are unit-tested
-on hand-made deltas (tests/test_evidence_stats.py). Accuracies are in percentage points (pp)
+on hand-made deltas (studies/tests/test_evidence_stats.py). Accuracies are in percentage points (pp)
 wherever a margin is involved.
 
 Primary endpoint: the paired deltas ``d_i = VR_i - base_i`` (same seed: same initial weights
@@ -30,6 +31,12 @@ __all__ = [
     "lr_window_width",
     "steps_to_target",
     "gap_at_loss",
+    "CONTRAST_WORDS",
+    "READOUTS",
+    "contrast_words",
+    "primary_family",
+    "readout",
+    "pairs_for_half_width",
 ]
 
 #: Equivalence margin of the primary endpoint, in percentage points.
@@ -235,6 +242,97 @@ def gap_at_loss(train_loss: Sequence[float], gap: Sequence[float], loss: float):
             w = (tl[i - 1] - loss) / (tl[i - 1] - v)
             return float(gap[i - 1] + w * (gap[i] - gap[i - 1]))
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Round 3 (studies/evidence/PROTOCOL.md, section 5): Holm over the two primary contrasts
+# --------------------------------------------------------------------------------------------
+
+#: The words of a round-3 contrast, in the order the rules are applied.
+CONTRAST_WORDS = ("better", "equivalent", "worse", "inconclusive")
+#: The registered readouts of round 3.
+READOUTS = (
+    "the GSNR weighting helps",
+    "VRGD helps only through its step size",
+    "no benefit at a finely tuned base",
+    "inconclusive",
+)
+
+
+def contrast_words(
+    mean: float, p_t_holm: float, p_tost_holm: float, margin: float = MARGIN_PP
+) -> str:
+    """A round-3 primary contrast's words, the registered rules in order:
+
+    1. "better": Holm-adjusted two-sided t-test p < 0.05 and ``mean >= +margin``;
+    2. "equivalent": Holm-adjusted TOST p < 0.025 (round 2's 95 % CI inside the margin);
+    3. "worse": Holm-adjusted t-test p < 0.05 and ``mean < 0``;
+    4. otherwise "inconclusive".
+
+    Args:
+      mean: the mean paired delta, pp (NaN gives "inconclusive").
+      p_t_holm, p_tost_holm: the Holm-adjusted p-values in [0, 1].
+      margin: pp.
+
+    Returns:
+      One of :data:`CONTRAST_WORDS`.
+    """
+    if not all(math.isfinite(v) for v in (mean, p_t_holm, p_tost_holm)):
+        return "inconclusive"
+    if p_t_holm < 0.05 and mean >= margin:
+        return "better"
+    if p_tost_holm < 0.025:
+        return "equivalent"
+    if p_t_holm < 0.05 and mean < 0.0:
+        return "worse"
+    return "inconclusive"
+
+
+def primary_family(deltas_by_contrast: Dict[str, Sequence[float]]) -> Dict[str, Dict]:
+    """The round-3 primary family: :func:`paired_summary` of each contrast's deltas with
+    Holm-adjusted t-test and TOST p-values (Holm over the family, separately for the two
+    tests) and its words (:func:`contrast_words`).
+
+    Args:
+      deltas_by_contrast: ``{name: paired deltas (pp)}``, the family (two contrasts).
+
+    Returns:
+      ``{name: summary}``: :func:`paired_summary`'s dict plus ``p_t_holm``,
+      ``p_tost_holm`` and ``words``.
+    """
+    names = list(deltas_by_contrast)
+    out = {n: paired_summary(deltas_by_contrast[n]) for n in names}
+    p_t = holm([out[n]["p_t"] for n in names])
+    p_tost = holm([out[n]["p_tost"] for n in names])
+    for n, a, b in zip(names, p_t, p_tost):
+        out[n].update(p_t_holm=a, p_tost_holm=b, words=contrast_words(out[n]["mean"], a, b))
+    return out
+
+
+def readout(vr_vs_base: str, vr_vs_scalar: str) -> str:
+    """The registered readout from the words of VR - base and VR - scalar-VR (first
+    match): both "better": the GSNR weighting helps; VR - base "better" and VR - scalar-VR
+    "equivalent": VRGD helps only through its step size; VR - base "equivalent": no benefit
+    at a finely tuned base; otherwise inconclusive. Returns one of :data:`READOUTS`."""
+    if vr_vs_base == "better" and vr_vs_scalar == "better":
+        return READOUTS[0]
+    if vr_vs_base == "better" and vr_vs_scalar == "equivalent":
+        return READOUTS[1]
+    if vr_vs_base == "equivalent":
+        return READOUTS[2]
+    return READOUTS[3]
+
+
+def pairs_for_half_width(sd: float, half_width: float = MARGIN_PP, confidence: float = 0.95):
+    """Smallest n whose t interval of a mean of paired deltas with standard deviation ``sd``
+    has half width <= ``half_width``: ``t_{(1+c)/2, n-1} sd / sqrt(n)``; None if ``sd`` is
+    not finite."""
+    if not (math.isfinite(sd) and sd >= 0 and half_width > 0):
+        return None
+    n = 2
+    while stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) > half_width:
+        n += 1
+    return n
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,16 +1,12 @@
 """The verdict rules and statistics of the Fashion-MNIST evidence protocol
-(benchmarks/evidence_stats.py) on hand-made deltas."""
+(studies/evidence/evidence_stats.py) on hand-made deltas."""
 
 import math
 import os
-import sys
 
+import evidence_stats as es
 import numpy as np
 import tensorflow as tf
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
-
-import evidence_stats as es  # noqa: E402
 
 
 class VerdictTest(tf.test.TestCase):
@@ -111,7 +107,7 @@ if __name__ == "__main__":
 
 
 class TuneGridTest(tf.test.TestCase):
-    """evidence_stats.tune_grid (benchmarks/evidence.py's tuning phase): a best rate at a grid
+    """evidence_stats.tune_grid (studies/evidence/round2.py's tuning phase): a best rate at a grid
     edge extends both sides' grids."""
 
     def _runs(self, accs, batch=256, seeds=(1000, 1001)):
@@ -172,7 +168,7 @@ class HeadlineTest(tf.test.TestCase):
         }
 
     def test_primary_endpoint_numbers_and_verdict(self):
-        from report import evidence as ev
+        from report import round2 as ev
 
         d = self.get_temp_dir()
         self.assertEqual(ev.headline(d), [])  # nothing run: no headline

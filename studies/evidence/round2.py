@@ -1,5 +1,5 @@
-r"""The Fashion-MNIST evidence runner: the pre-registered protocol of benchmarks/README.md
-("Fashion-MNIST evidence protocol"), phase by phase, resumable.
+r"""The round-2 Fashion-MNIST evidence runner: the pre-registered protocol of
+studies/evidence/ROUND2_PROTOCOL.md, phase by phase, resumable.
 
 Phases (``--phases``, always run in this order, so the paper-protocol arm is cut first when
 the budget runs out):
@@ -25,8 +25,8 @@ accuracy/loss, training accuracy/loss on a fixed 10k subset of the training spli
 diagnostics of the last step; at the end the full training split and the test set.
 
 Examples:
-  python benchmarks/evidence.py --phases=mechanistic
-  nohup python benchmarks/evidence.py --phases=tune,final,controls,paper \
+  python studies/evidence/round2.py --phases=mechanistic
+  nohup python studies/evidence/round2.py --phases=tune,final,controls,paper \
       --budget_minutes=600 > /tmp/evidence.log 2>&1 &
 """
 
@@ -37,9 +37,11 @@ import time
 
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # studies/
 # This checkout's vrgd_tf first, whatever copy is installed.
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(2, os.path.dirname(os.path.dirname(HERE)))
 
 import evidence_stats as es  # noqa: E402
 
@@ -48,7 +50,7 @@ PHASES = ("mechanistic", "tune", "final", "controls", "paper")
 flags.DEFINE_list("phases", ["tune", "final", "controls", "paper"], f"Subset of {PHASES}.")
 flags.DEFINE_list("pairs", ["momentum"], "Optimizer pairs, in order: momentum, lamb.")
 flags.DEFINE_string("data_dir", None, "Fashion-MNIST IDX directory (default: Debian's).")
-flags.DEFINE_string("out_dir", None, "JSON directory (default benchmarks/results/evidence).")
+flags.DEFINE_string("out_dir", None, "JSON directory (default studies/evidence/results/round2).")
 flags.DEFINE_float("budget_minutes", 0.0, "Stop before a run that would overrun (0 = none).")
 flags.DEFINE_integer("replicas", 8, "Replicas (logical CPUs).")
 flags.DEFINE_float("gamma", 0.1, "VRGD gamma.")
@@ -66,7 +68,7 @@ flags.DEFINE_integer("max_extensions", 3, "Edge extensions per grid at most.")
 flags.DEFINE_integer("train_eval_subset", 10000, "Training examples evaluated per epoch.")
 flags.DEFINE_bool("quick", False, "Development smoke test: 2 epochs, small grids, 1 seed.")
 
-PILOT_MINUTES = {256: 6.0, 4096: 3.5}  # benchmarks/README.md budget, 30 epochs
+PILOT_MINUTES = {256: 6.0, 4096: 3.5}  # ROUND2_PROTOCOL.md budget, 30 epochs
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,27 +77,26 @@ PILOT_MINUTES = {256: 6.0, 4096: 3.5}  # benchmarks/README.md budget, 30 epochs
 
 
 def out_dir():
-    import benchlib
-
-    return FLAGS.out_dir or os.path.join(benchlib.RESULTS_DIR, "evidence")
+    return FLAGS.out_dir or os.path.join(HERE, "results", "round2")
 
 
 def load_phase(phase):
-    import benchlib
+    import studylib
 
     path = os.path.join(out_dir(), f"{phase}.json")
     if os.path.exists(path):
-        return benchlib.read_json(path)
+        return studylib.read_json(path)
     return {"phase": phase, "runs": {}}
 
 
 def save_phase(phase, obj):
-    import benchlib
+    import provenance
+    import studylib
 
-    obj.setdefault("environment", benchlib.environment())
-    obj["command"] = benchlib.command_line()
+    obj.setdefault("environment", dict(provenance.environment(), library=provenance.snapshot()))
+    obj["command"] = provenance.command_line()
     obj["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    benchlib.write_json(os.path.join(out_dir(), f"{phase}.json"), obj)
+    studylib.write_json(os.path.join(out_dir(), f"{phase}.json"), obj)
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,32 +140,29 @@ class Runner:
         self.trainers = {}
 
     def trainer(self, pair, side, shuffled=False):
+        import studylib
         import tensorflow as tf
-
-        import benchlib
 
         key = (pair, side, shuffled)
         if key not in self.trainers:
-            strategy = benchlib.strategy_for(FLAGS.replicas)
+            strategy = studylib.strategy_for(FLAGS.replicas)
             with strategy.scope():
                 shuffle_seed = tf.Variable(0, dtype=tf.int64, trainable=False)
 
             def make_opt(schedule):
                 transforms = [shuffle_transform(shuffle_seed)] if shuffled else []
-                return benchlib.make_optimizer(
+                return studylib.make_optimizer(
                     pair, side, schedule, gamma=FLAGS.gamma, factor_transforms=transforms
                 )
 
-            t = benchlib.Trainer(strategy, benchlib.fashion_cnn, make_opt)
+            t = studylib.Trainer(strategy, studylib.fashion_cnn, make_opt)
             t.shuffle_seed = shuffle_seed
             self.trainers[key] = t
         return self.trainers[key]
 
     def run(self, pair, side, batch, lr, seed, shuffled=False):
         """One training run; returns its record."""
-        import numpy as np
-
-        import benchlib
+        import studylib
 
         if not self.budget.fits(batch):
             raise OutOfBudget(f"{pair}/{side}/b{batch}")
@@ -175,47 +173,17 @@ class Runner:
         total = steps_per_epoch * FLAGS.epochs
         warmup = steps_per_epoch * FLAGS.warmup_epochs
         key = ("w", seed)
-        weights = trainer._weight_cache.get(key)
+        weights = trainer.weight_cache.get(key)
         if weights is None:
-            weights = trainer._weight_cache[key] = benchlib.init_weights(benchlib.fashion_cnn, seed)
+            weights = trainer.weight_cache[key] = studylib.init_weights(studylib.fashion_cnn, seed)
         # Warm-up "over 3 epochs": lr(s) = peak (s + 1) / W for s < W, then cosine to 0.
         trainer.reset(weights, lr, warmup, total)
         if shuffled:
             trainer.shuffle_seed.assign(seed)
-        sub = min(FLAGS.train_eval_subset, n)
-        curve, diag = [], []
         t0 = time.time()
-        train_s = 0.0
-        for epoch in range(FLAGS.epochs):
-            perm = np.random.default_rng([seed, epoch]).permutation(n).astype(np.int32)
-            t1 = time.time()
-            trainer.train_steps(d["tf_x"], d["tf_y"], perm, 0, batch, steps_per_epoch)
-            train_s += time.time() - t1
-            val_acc, val_loss = trainer.evaluate(d["tf_x_val"], d["tf_y_val"])
-            tr_acc, tr_loss = trainer.evaluate(d["tf_x"][:sub], d["tf_y"][:sub])
-            curve.append(
-                {
-                    "epoch": epoch + 1,
-                    "step": (epoch + 1) * steps_per_epoch,
-                    "val_acc": round(100 * val_acc, 3),
-                    "val_loss": round(val_loss, 5),
-                    "train_acc": round(100 * tr_acc, 3),
-                    "train_loss": round(tr_loss, 5),
-                }
-            )
-            if hasattr(trainer.optimizer, "vrgd_statistics"):
-                stats = trainer.optimizer.vrgd_statistics()
-                diag.append(
-                    {
-                        "epoch": epoch + 1,
-                        "stats": {
-                            name: {f: round(v, 6) for f, v in fields.items()}
-                            for name, fields in stats.items()
-                        },
-                    }
-                )
-            if not math.isfinite(tr_loss):
-                break  # diverged: the rest of the run is NaN
+        curve, diag, train_s = studylib.train_epochs(
+            trainer, d, seed, batch, FLAGS.epochs, FLAGS.train_eval_subset
+        )
         train_acc, train_loss = trainer.evaluate(d["tf_x"], d["tf_y"])
         test_acc, test_loss = trainer.evaluate(d["tf_x_test"], d["tf_y_test"])
         wall = time.time() - t0
@@ -381,18 +349,18 @@ def phase_paper(runner, pair, state):
 
 def main(argv):
     del argv
-    import benchlib
+    import studylib
 
     if FLAGS.quick:
         FLAGS.epochs, FLAGS.warmup_epochs = 2, 1
         FLAGS.tune_seeds, FLAGS.final_seeds = ["1000"], ["0"]
         FLAGS.grid_exponents = ["0", "1", "2"]
         FLAGS.max_extensions = 0
-        FLAGS.out_dir = FLAGS.out_dir or os.path.join(benchlib.RESULTS_DIR, "evidence_quick")
+        FLAGS.out_dir = FLAGS.out_dir or os.path.join(HERE, "results", "round2_quick")
     unknown = [p for p in FLAGS.phases if p not in PHASES]
     if unknown:
         raise ValueError(f"--phases: unknown {unknown}; allowed {PHASES}.")
-    benchlib.setup_devices(FLAGS.replicas)
+    studylib.setup_devices(FLAGS.replicas)
     budget = Budget(FLAGS.budget_minutes)
     phases = [p for p in PHASES if p in FLAGS.phases]
     if "mechanistic" in phases:
@@ -404,14 +372,10 @@ def main(argv):
         phases.remove("mechanistic")
     if not phases:
         return
-    data = benchlib.load_fashion_mnist(FLAGS.data_dir)
+    data = studylib.load_fashion_mnist(FLAGS.data_dir)
     if FLAGS.quick:  # smoke test only: 8192 training examples
         data["x"], data["y"] = data["x"][:8192], data["y"][:8192]
-    data = benchlib.prepare(data)
-    import tensorflow as tf
-
-    data["tf_x_val"] = tf.constant(data["x_val"])
-    data["tf_y_val"] = tf.constant(data["y_val"])
+    data = studylib.prepare(data)
     runner = Runner(data, budget)
     steps = {"tune": phase_tune, "final": phase_final, "controls": phase_controls}
     steps["paper"] = phase_paper

@@ -1,0 +1,159 @@
+"""Round 3's registered readout (studies/evidence/evidence_stats.py, studies/report/round3.py)
+on hand-computed cases: the words of a contrast under Holm, the four readouts, the whole
+chain from final runs, and the honest partial states of the report."""
+
+import json
+import math
+import os
+
+import evidence_stats as es
+import protocol3 as p3
+import tensorflow as tf
+from report import round3
+
+# Deltas (pp) of 16 pairs with hand-checked statistics:
+# BIG: +2 +- 0.5 alternating -> mean 2, sd = 0.5 * sqrt(16 / 15) = 0.516398, se 0.129099,
+#   t = 15.49, p ~ 1.5e-10: "better" (far above +1 pp).
+# ZERO: +-0.1 alternating -> mean 0, sd 0.103280, se 0.025820, TOST t = 1 / 0.025820 =
+#   38.7 on 15 df, p ~ 1e-16: "equivalent".
+# WIDE: +-3 alternating -> mean 0, sd 3.0984, se 0.7746, p_t = 1, TOST t = 1.29,
+#   p = 0.108: "inconclusive".
+# NEG: -2 +- 0.5: "worse".
+BIG = [2.5, 1.5] * 8
+ZERO = [0.1, -0.1] * 8
+WIDE = [3.0, -3.0] * 8
+NEG = [-1.5, -2.5] * 8
+
+
+class WordsTest(tf.test.TestCase):
+    def test_words_by_hand(self):
+        self.assertEqual(es.contrast_words(1.2, 0.04, 0.9), "better")
+        self.assertEqual(es.contrast_words(0.9, 0.001, 0.9), "inconclusive")  # mean < 1 pp
+        self.assertEqual(es.contrast_words(0.9, 0.001, 0.02), "equivalent")
+        self.assertEqual(es.contrast_words(0.1, 0.5, 0.024), "equivalent")
+        self.assertEqual(es.contrast_words(0.1, 0.5, 0.026), "inconclusive")  # TOST at 2.5 %
+        self.assertEqual(es.contrast_words(-0.5, 0.01, 0.3), "worse")
+        self.assertEqual(es.contrast_words(-0.5, 0.01, 0.01), "equivalent")  # rule 2 first
+        self.assertEqual(es.contrast_words(float("nan"), 0.0, 0.0), "inconclusive")
+
+    def test_holm_in_the_family(self):
+        """Two contrasts, TOST p 0.012 and 0.02 (both < 0.025 alone): Holm gives 0.024
+        and max(0.024, 0.02) = 0.024, both still "equivalent"; with 0.013 and 0.02 the
+        smaller becomes 0.026: neither is equivalent (the larger is then 0.026 too)."""
+        self.assertAllClose(es.holm([0.012, 0.02]), [0.024, 0.024])
+        self.assertAllClose(es.holm([0.013, 0.02]), [0.026, 0.026])
+        fam = es.primary_family({"a": BIG, "b": WIDE})
+        self.assertAllClose(fam["a"]["mean"], 2.0)
+        self.assertAllClose(fam["a"]["sd"], 0.5 * math.sqrt(16 / 15))
+        self.assertAllClose(fam["a"]["p_t_holm"], 2 * fam["a"]["p_t"])  # the smaller p
+        self.assertAllClose(fam["b"]["p_t_holm"], 1.0)
+        self.assertAllClose(fam["b"]["p_tost"], 0.108, atol=2e-3)
+        self.assertEqual(fam["a"]["words"], "better")
+        self.assertEqual(fam["b"]["words"], "inconclusive")
+
+    def test_the_four_readouts(self):
+        self.assertEqual(es.readout("better", "better"), "the GSNR weighting helps")
+        self.assertEqual(
+            es.readout("better", "equivalent"), "VRGD helps only through its step size"
+        )
+        self.assertEqual(
+            es.readout("equivalent", "inconclusive"), "no benefit at a finely tuned base"
+        )
+        self.assertEqual(es.readout("equivalent", "better"), "no benefit at a finely tuned base")
+        for words in (("better", "inconclusive"), ("better", "worse"), ("worse", "better"),
+                      ("inconclusive", "equivalent")):  # fmt: skip
+            self.assertEqual(es.readout(*words), "inconclusive")
+
+    def test_pairs_for_half_width(self):
+        """sd 1.77: t_{0.975,14} 1.77 / sqrt(15) = 2.1448 * 0.45701 = 0.980 <= 1, and
+        n = 14 gives 2.1604 * 0.47305 = 1.022 > 1, so 15 (the review's number)."""
+        self.assertEqual(es.pairs_for_half_width(1.77), 15)
+
+
+def by_arm_from(deltas_vr_minus):
+    """{arm: {seed: run}} with base 70 %, VR = base + d(vr-base), scalar-VR = VR -
+    d(vr-scalar_vr), shuffled = VR - 1."""
+    out = {a: {} for a in p3.ARMS}
+    for s in p3.FINAL_SEEDS:
+        base = 70.0 + 0.3 * (s % 5)
+        vr = base + deltas_vr_minus["base"][s]
+        accs = {"base": base, "vr": vr, "scalar_vr": vr - deltas_vr_minus["scalar_vr"][s],
+                "shuffled_nm": vr - 1.0}  # fmt: skip
+        for a, acc in accs.items():
+            out[a][s] = {"final": {"test_acc": acc}, "seed": s}
+    return out
+
+
+class ReadoutFromRunsTest(tf.test.TestCase):
+    def test_each_outcome_from_final_runs(self):
+        cases = [
+            (BIG, BIG, "the GSNR weighting helps"),
+            (BIG, ZERO, "VRGD helps only through its step size"),
+            (ZERO, WIDE, "no benefit at a finely tuned base"),
+            (WIDE, BIG, "inconclusive"),
+            (NEG, ZERO, "inconclusive"),
+        ]
+        for d_base, d_scalar, want in cases:
+            r = round3.registered_readout(by_arm_from({"base": d_base, "scalar_vr": d_scalar}))
+            self.assertEqual(r["readout"], want, (d_base[:2], d_scalar[:2]))
+            self.assertAllClose(r["primary"]["vr-base"]["mean"], sum(d_base) / 16)
+            self.assertAllClose(r["secondary"]["vr-shuffled_nm"]["mean"], 1.0)
+        lines = round3.readout_lines(r, by_arm_from({"base": NEG, "scalar_vr": ZERO}))
+        text = "\n".join(lines)
+        self.assertIn("VR − base: -2.00 pp", text)
+        self.assertIn("**worse**", text)
+        self.assertIn("**Registered readout: inconclusive.**", text)
+
+
+class PartialStateTest(tf.test.TestCase):
+    def _tune_runs(self, n):
+        """The first ``n`` tuning runs in the runner's order, validation accuracy peaking at
+        the grid's middle rate 0.0707107 (so no edge extension)."""
+        runs = {}
+        grid, _ = p3.tune_grid({}, "momentum")
+        order = [(s, i, a) for s in p3.TUNE_SEEDS for i in range(len(grid)) for a in p3.ARMS]
+        for s, i, a in order[:n]:
+            runs[p3.run_key("momentum", a, grid[i], s)] = {
+                "pair": "momentum", "arm": a, "peak_lr": grid[i], "seed": s,
+                "final": {"val_acc": 70.0 - abs(i - 4)},
+                "curve": [{"epoch": 1, "val_acc": 50.0}], "diagnostics": [],
+            }  # fmt: skip
+        return runs
+
+    def _write(self, d, phase, runs, **extra):
+        with open(os.path.join(d, f"{phase}.json"), "w") as f:
+            json.dump({"phase": phase, "runs": runs, **extra}, f)
+
+    def test_tuning_in_progress_has_no_verdict(self):
+        d = self.get_temp_dir()
+        self._write(d, "tune", self._tune_runs(10))
+        text = round3.section(d, os.path.join(d, "img"), "img")
+        self.assertIn("tuning in progress: 10 of 108 runs", text)
+        self.assertIn("No verdict", text)
+        self.assertNotIn("Registered readout", text)
+        self.assertIn("tuning in progress: 10 of 108 runs; no verdict yet", round3.headline(d))
+        self.assertIsNone(round3.readout_if_complete(d))
+
+    def test_final_in_progress_has_no_verdict_and_no_test_numbers(self):
+        d = self.get_temp_dir()
+        self._write(d, "tune", self._tune_runs(108))
+        final = {}
+        for s in range(3):  # 3 seeds x 4 arms = 12 of 64
+            for a in p3.ARMS:
+                final[p3.run_key("momentum", a, 0.0707107, s)] = {
+                    "pair": "momentum", "arm": a, "peak_lr": 0.0707107, "seed": s,
+                    "final": {"val_acc": 70.0, "test_acc": 55.25 + s},
+                    "curve": [{"epoch": 1, "val_acc": 50.0}], "diagnostics": [],
+                }  # fmt: skip
+        self._write(d, "final", final)
+        text = round3.section(d, os.path.join(d, "img"), "img")
+        self.assertIn("tuning done (108 runs); final phase in progress: 12 of 64 runs", text)
+        self.assertIn("Tuned rates: base 0.0707107, VR 0.0707107", text)
+        self.assertNotIn("Registered readout", text)
+        self.assertNotIn("55.25", text)  # no final test accuracy before the phase completes
+        self.assertNotIn("56.25", text)
+        self.assertIsNone(round3.readout_if_complete(d))
+
+
+if __name__ == "__main__":
+    tf.test.main()
