@@ -28,13 +28,7 @@ _LOG = logging.getLogger("vrgd_tf")
 def _replica_local_variable(kind, index, shape, reference):
     """A zero float32 ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` (standalone state)."""
     del reference
-    return tf.Variable(
-        tf.zeros(shape, tf.float32),
-        trainable=False,
-        synchronization=tf.VariableSynchronization.ON_READ,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-        name=f"vrgd_{kind}_{index}",
-    )
+    return gsnr.state.replica_local_variable(shape, f"vrgd_{kind}_{index}")
 
 
 class GSNRAggregator(tf.Module):
@@ -111,6 +105,15 @@ class GSNRAggregator(tf.Module):
         dense form, all-reduced with the dense gradients (the same numbers, to float
         rounding; for comparisons and benchmarks). Also settable as the attribute before
         the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
+      split_half: bool, whether to measure the split-half reliability of the GSNR
+        (``docs/spec.md`` section 4; :mod:`vrgd_tf.gsnr.halves`): at recording steps, per
+        variable, the correlation of the log GSNR of two fixed halves of the samples,
+        near 0 when the GSNR is noise and near 1 when it is a stable property of the
+        elements. It costs, on every step, ``8 N / statistics_interval`` more bytes in the
+        first all-reduce (a fixed subsample, at least ``min(size, 64)`` elements per
+        variable) and no extra collective call; it needs halves of at least 2 samples
+        (4 replicas, or 2 with 2 micro-batch groups) and is undefined otherwise.
+        Default False.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -139,6 +142,7 @@ class GSNRAggregator(tf.Module):
         squares_dtype="float32",
         factor_transforms=(),
         sparse_statistics="rows",
+        split_half=False,
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
@@ -154,6 +158,12 @@ class GSNRAggregator(tf.Module):
         )
         self.statistics_interval = validation.check_count(
             "statistics_interval", statistics_interval
+        )
+        self._options = dataclasses.replace(
+            self._options,
+            split_half_stride=_split_half_stride(
+                split_half, self.statistics_interval, owner or name
+            ),
         )
         self._owner = owner or name
         self._standalone = make_variable is None
@@ -185,6 +195,11 @@ class GSNRAggregator(tf.Module):
     @property
     def factor_transforms(self) -> tuple:
         return self._options.factor_transforms
+
+    @property
+    def split_half(self) -> bool:
+        """Whether the split-half reliability is measured (see the class's Args)."""
+        return self._options.split_half_stride > 0
 
     @property
     def sparse_statistics(self) -> str:
@@ -460,9 +475,10 @@ class GSNRAggregator(tf.Module):
             return {}
         names = naming.display_names(self.state.variable_names)
         out = {}
-        for name, var in zip(names, self.state.statistics):
+        for name, var, half in zip(names, self.state.statistics, self.state.split_half):
             out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
             out[name]["has_gsnr"] = has_gsnr(out[name])
+            out[name].update(_split_half_row(half.numpy()))
         if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0 for v in out.values()):
             self._log_inert()
         return out
@@ -477,12 +493,39 @@ class GSNRAggregator(tf.Module):
             "statistics_interval": self.statistics_interval,
             "squares_dtype": self.squares_dtype,
             "sparse_statistics": self.sparse_statistics,
+            "split_half": self.split_half,
             "name": self.name,
         }
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
         return cls(**config)
+
+
+def _split_half_stride(split_half, statistics_interval, owner) -> int:
+    """``GSNROptions.split_half_stride`` for ``split_half`` (a bool): the interval, or 0.
+
+    Raises:
+      TypeError: ``split_half`` is not a bool.
+      ValueError: ``split_half=True`` with ``statistics_interval=0`` (nothing would be
+        recorded).
+    """
+    if not isinstance(split_half, bool):
+        raise TypeError(f"{owner}: `split_half` must be a bool; got {split_half!r}.")
+    if split_half and statistics_interval == 0:
+        raise ValueError(
+            f"{owner}: `split_half=True` needs recording steps, but `statistics_interval` "
+            "is 0 (never record). Set `statistics_interval` >= 1 or `split_half=False`."
+        )
+    return statistics_interval if split_half else 0
+
+
+def _split_half_row(values) -> dict:
+    """The ``vrgd_statistics()`` fields of one variable's split-half state (``[4]``)."""
+    row = dict(zip(gsnr.SPLIT_HALF_FIELDS, (float(v) for v in values)))
+    row["reliability_pairs"] = int(row["reliability_pairs"])
+    row["reliability_defined"] = row["reliability_defined"] > 0.0
+    return row
 
 
 def has_gsnr(row) -> bool:

@@ -62,6 +62,11 @@ VRGD_ARGS_DOC = """
         to each variable's factor before it multiplies the summed gradient (research and
         custom rules; see :class:`vrgd_tf.GSNRAggregator`). Not saved in ``get_config``:
         pass them again on restore. Default none.
+      split_half: bool, also record per variable the split-half reliability of the GSNR
+        (``vrgd_statistics()`` fields ``reliability``...; ``docs/spec.md`` section 4): near
+        0 when the GSNR is noise, near 1 when it is a stable property of the elements.
+        Costs ``8 N / statistics_interval`` bytes more in each step's first all-reduce
+        (:class:`vrgd_tf.GSNRAggregator`); needs ``statistics_interval >= 1``. Default False.
 
     Gradients are all-reduced together with their squares (two calls); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
@@ -71,7 +76,8 @@ VRGD_ARGS_DOC = """
 
     Raises:
       ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
-        ``statistics_interval``, ``squares_dtype`` or a base argument outside its range (the message names it).
+        ``statistics_interval``, ``squares_dtype``, ``split_half`` or a base argument outside
+        its range (the message names it).
 """
 
 
@@ -139,8 +145,9 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
 
 def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
-    to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3`` and
-    ``statistics_interval=1`` and ``squares_dtype="float32"``."""
+    to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3``,
+    ``statistics_interval=1``, ``squares_dtype="float32"``, ``factor_transforms=()`` and
+    ``split_half=False``."""
     params = [
         p.replace(default=class_name) if p.name == "name" else p
         for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
@@ -153,6 +160,7 @@ def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.
         inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY, default=1),
         inspect.Parameter("squares_dtype", inspect.Parameter.KEYWORD_ONLY, default="float32"),
         inspect.Parameter("factor_transforms", inspect.Parameter.KEYWORD_ONLY, default=()),
+        inspect.Parameter("split_half", inspect.Parameter.KEYWORD_ONLY, default=False),
     ]
     return inspect.Signature(params + extra + var_kw)
 
@@ -170,6 +178,7 @@ class VRGDCommon:
       statistics_interval: int >= 0, steps between two recordings of the diagnostics.
       squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
       factor_transforms: tuple of callables applied to the factor (not in the config).
+      split_half: bool, whether the split-half reliability of the GSNR is recorded.
       vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
         variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """
@@ -190,6 +199,7 @@ class VRGDCommon:
         statistics_interval=1,
         squares_dtype="float32",
         factor_transforms=(),
+        split_half=False,
         **kwargs,
     ):
         base = self._vrgd_base_class
@@ -201,6 +211,7 @@ class VRGDCommon:
             statistics_interval,
             squares_dtype=squares_dtype,
             factor_transforms=factor_transforms,
+            split_half=split_half,
             owner=type(self).__name__,
             make_variable=self._vrgd_make_variable,
             var_key=self._vrgd_var_key,
@@ -236,6 +247,10 @@ class VRGDCommon:
         return self._vrgd.factor_transforms
 
     @property
+    def split_half(self) -> bool:
+        return self._vrgd.split_half
+
+    @property
     def _vrgd_state(self):
         """The aggregator's :class:`vrgd_tf.gsnr.VRGDState` (None before build)."""
         return self._vrgd.state
@@ -258,6 +273,7 @@ class VRGDCommon:
                 "beta_3": self.beta_3,
                 "statistics_interval": self.statistics_interval,
                 "squares_dtype": self.squares_dtype,
+                "split_half": self.split_half,
             }
         )
         return config

@@ -38,6 +38,8 @@ The step is a composition of small stages, each a module of this package:
 * :mod:`.collectives`: every collective of the step and nothing else;
 * :mod:`.sparse`: exact statistics of sparse gradients on the rows some replica touched;
 * :mod:`.factors`, :mod:`.smoothing`, :mod:`.statistics`: pure math;
+* :mod:`.halves`: the split-half reliability of the GSNR (a diagnostic; its subsample
+  travels in the first all-reduce, its values are computed at recording steps);
 * :mod:`.state`: :class:`VRGDState` and the one place that reads and commits it;
 * :mod:`.step`: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.
@@ -45,6 +47,7 @@ The step is a composition of small stages, each a module of this package:
 
 from vrgd_tf.gsnr.collectives import sum_with_squares
 from vrgd_tf.gsnr.factors import FactorContext
+from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF, SPLIT_HALF_FIELDS
 from vrgd_tf.gsnr.options import (
     NOISE_RTOL,
     NOISE_RTOL_BFLOAT16,
@@ -56,6 +59,7 @@ from vrgd_tf.gsnr.options import (
     validate_factor_transforms,
     validate_gamma,
     validate_sparse_statistics,
+    validate_split_half_stride,
     validate_squares_dtype,
 )
 from vrgd_tf.gsnr.smoothing import smooth_factor
@@ -73,9 +77,11 @@ from vrgd_tf.gsnr.step import ReducedGradients, StepReport, variance_reduce
 __all__ = [
     "NOISE_RTOL",
     "NOISE_RTOL_BFLOAT16",
+    "NUM_SPLIT_HALF",
     "NUM_STATISTICS",
     "STATISTICS_FIELDS",
     "SPARSE_STATISTICS",
+    "SPLIT_HALF_FIELDS",
     "SQUARES_DTYPES",
     "FactorContext",
     "GSNROptions",
@@ -93,6 +99,7 @@ __all__ = [
     "validate_factor_transforms",
     "validate_gamma",
     "validate_sparse_statistics",
+    "validate_split_half_stride",
     "validate_squares_dtype",
     "variance_reduce",
 ]

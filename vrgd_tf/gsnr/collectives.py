@@ -5,9 +5,10 @@ under ``TPUStrategy``):
 
 1. one ``all_reduce(SUM)`` of the float32 gradients of the all-reduced entries (one tensor
    per variable; the strategy packs them as it packs a base optimizer's gradients), this
-   replica's count of contributing samples (one float32 scalar) and the
-   ``tf.IndexedSlices`` of the sparse gradients on the dense path (the strategy's own
-   sparse SUM);
+   replica's count of contributing samples (one float32 scalar), with the split-half
+   reliability on (``split_half_stride``) the subsample ``[x, q]`` masked to half A (one
+   float32 tensor, :mod:`vrgd_tf.gsnr.halves`), and the ``tf.IndexedSlices`` of the
+   sparse gradients on the dense path (the strategy's own sparse SUM);
 2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``): a call
    of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's dense tensors
    into one buffer of one dtype, and one buffer of both took twice as long as two calls
@@ -50,6 +51,7 @@ class Reduced(NamedTuple):
     wide: Tuple[tf.Tensor, ...]
     rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
     count: Optional[tf.Tensor]
+    half: Optional[tf.Tensor] = None
 
 
 def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -> Reduced:
@@ -62,11 +64,13 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         (returned as float32).
     """
     ctx = replica_context
-    gradients, squares, sparse, count = (), (), (), local.count
+    gradients, squares, sparse, count, half = (), (), (), local.count, None
     if local.gradients:
-        first = ctx.all_reduce(_SUM, list(local.gradients) + [count] + list(local.sparse))
-        n = len(local.gradients)
-        gradients, count, sparse = tuple(first[:n]), first[n], tuple(first[n + 1 :])
+        extra = [count] + ([] if local.half is None else [local.half])
+        first = ctx.all_reduce(_SUM, list(local.gradients) + extra + list(local.sparse))
+        n, m = len(local.gradients), len(extra)
+        gradients, count, sparse = tuple(first[:n]), first[n], tuple(first[n + m :])
+        half = None if local.half is None else first[n + 1]
         wire = tf.bfloat16 if squares_dtype == "bfloat16" else tf.float32
         sq = ctx.all_reduce(_SUM, [tf.cast(q, wire) for q in local.squares])
         squares = tuple(tf.cast(q, tf.float32) for q in sq)
@@ -81,7 +85,7 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         rows = tuple(zip(pairs[0::2], pairs[1::2]))
         if not local.gradients:
             count = tf.reduce_sum(gathered[-1])
-    return Reduced(gradients, squares, sparse, wide, rows, count)
+    return Reduced(gradients, squares, sparse, wide, rows, count, half)
 
 
 def sum_plain(grads, replica_context):

@@ -24,6 +24,7 @@ __all__ = [
     "validate_squares_dtype",
     "validate_factor_transforms",
     "validate_sparse_statistics",
+    "validate_split_half_stride",
 ]
 
 #: Relative threshold, per replica, below which the variance across replicas counts as zero:
@@ -165,6 +166,34 @@ def validate_sparse_statistics(sparse_statistics) -> str:
     return sparse_statistics
 
 
+def validate_split_half_stride(split_half_stride) -> int:
+    """Checks ``split_half_stride``, the subsample stride of the split-half reliability.
+
+    Args:
+      split_half_stride: int >= 0: 0, the reliability is not measured; ``s >= 1``, each
+        variable's fixed subsample of about one element in ``s`` (at least
+        ``min(size, 64)``) travels in the step's first all-reduce, masked to half A
+        (:mod:`vrgd_tf.gsnr.halves`, ``docs/spec.md`` section 4).
+
+    Returns:
+      The stride as an int.
+
+    Raises:
+      TypeError: not an int (bools refused).
+      ValueError: negative.
+    """
+    if isinstance(split_half_stride, bool) or not isinstance(split_half_stride, numbers.Integral):
+        raise TypeError(
+            "`split_half_stride` must be an int >= 0 (0 = no split-half reliability); got "
+            f"{split_half_stride!r} of type {type(split_half_stride).__name__}."
+        )
+    if split_half_stride < 0:
+        raise ValueError(
+            f"`split_half_stride` must be an int >= 0 (0 = off); got {split_half_stride}."
+        )
+    return int(split_half_stride)
+
+
 def noise_rtol(squares_dtype="float32") -> float:
     """The per-replica relative noise threshold for squares all-reduced in
     ``squares_dtype``: :data:`NOISE_RTOL` (float32) or :data:`NOISE_RTOL_BFLOAT16`."""
@@ -186,6 +215,9 @@ class GSNROptions:
         after any smoothing. Default none.
       sparse_statistics: ``"rows"`` or ``"dense"`` (:data:`SPARSE_STATISTICS`): the
         statistics path of ``tf.IndexedSlices`` gradients. Default ``"rows"``.
+      split_half_stride: int >= 0, the subsample stride of the split-half reliability of
+        the GSNR (:func:`validate_split_half_stride`); 0 = not measured. Default 0 (the
+        aggregator sets its ``statistics_interval`` when ``split_half=True``).
 
     Raises:
       TypeError, ValueError: a field outside its range (the message names it).
@@ -196,6 +228,7 @@ class GSNROptions:
     squares_dtype: str = "float32"
     factor_transforms: Tuple[Callable, ...] = ()
     sparse_statistics: str = "rows"
+    split_half_stride: int = 0
 
     def __post_init__(self):
         checked = {
@@ -204,6 +237,7 @@ class GSNROptions:
             "squares_dtype": validate_squares_dtype(self.squares_dtype),
             "factor_transforms": validate_factor_transforms(self.factor_transforms),
             "sparse_statistics": validate_sparse_statistics(self.sparse_statistics),
+            "split_half_stride": validate_split_half_stride(self.split_half_stride),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

@@ -34,6 +34,8 @@ class Local(NamedTuple):
       wide: the float64 gradients of the ``FLOAT64`` entries (summed in float64 too).
       rows: ``(indices, packed)`` per ``SPARSE_ROWS`` entry (:func:`sparse.local_rows`).
       count: float32 scalar, this replica's contributing samples: ``m`` or 0.
+      half: None, or float32 ``[2 M]``: the split-half subsample ``[x, q]`` masked to half
+        A (:func:`vrgd_tf.gsnr.halves.local_half`), carried by the first all-reduce.
     """
 
     gradients: Tuple[tf.Tensor, ...]
@@ -42,6 +44,7 @@ class Local(NamedTuple):
     wide: Tuple[tf.Tensor, ...]
     rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
     count: tf.Tensor
+    half: Optional[tf.Tensor] = None
 
 
 class Summed(NamedTuple):
@@ -55,6 +58,8 @@ class Summed(NamedTuple):
       sparse: the strategy's SUM of ``SPARSE_DENSE`` entries' ``tf.IndexedSlices``.
       wide: float64 sums of ``FLOAT64`` entries.
       count: float32 scalar, the contributing samples ``k`` of the step.
+      half: None, or float32 ``[2 M]``: half A's sums of the split-half subsample
+        (``[S1_A, S2_A]``, :mod:`vrgd_tf.gsnr.halves`).
     """
 
     s1: Tuple[tf.Tensor, ...]
@@ -63,6 +68,7 @@ class Summed(NamedTuple):
     sparse: Tuple[Optional[object], ...]
     wide: Tuple[Optional[tf.Tensor], ...]
     count: tf.Tensor
+    half: Optional[tf.Tensor] = None
 
 
 def _dense_float32(grad, entry) -> tf.Tensor:
@@ -124,4 +130,6 @@ def assemble(layout, grads, reduced) -> Summed:
     for e, (indices, packed) in zip(layout.on(layout_lib.SPARSE_ROWS), reduced.rows):
         r = sparse.union_rows(grads[e.position], e.shape, indices, packed)
         s1[e.position], s2[e.position], rows[e.position] = r.s1, r.s2, r
-    return Summed(tuple(s1), tuple(s2), tuple(rows), tuple(sums), tuple(wide), reduced.count)
+    return Summed(
+        tuple(s1), tuple(s2), tuple(rows), tuple(sums), tuple(wide), reduced.count, reduced.half
+    )

@@ -12,9 +12,30 @@ import tensorflow as tf
 
 from vrgd_tf import naming
 from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
-__all__ = ["VRGDState", "Previous", "read", "commit", "record", "untouched_statistics"]
+__all__ = [
+    "VRGDState",
+    "Previous",
+    "read",
+    "commit",
+    "record",
+    "untouched_statistics",
+    "replica_local_variable",
+]
+
+
+def replica_local_variable(shape, name) -> tf.Variable:
+    """A zero float32, non-trainable, ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` of
+    ``shape``, made in the current strategy's scope and tracked by nobody."""
+    return tf.Variable(
+        tf.zeros(shape, tf.float32),
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        name=name,
+    )
 
 
 class VRGDState:
@@ -23,7 +44,16 @@ class VRGDState:
     Per trainable variable: ``deficit`` (float32, the variable's shape; only if
     ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
     ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see
-    :class:`vrgd_tf.gsnr.GSNRStatistics`).
+    :class:`vrgd_tf.gsnr.GSNRStatistics`), and ``split_half`` (float32 ``[NUM_SPLIT_HALF]``,
+    :data:`vrgd_tf.gsnr.halves.SPLIT_HALF_FIELDS`: the last recording step's split-half
+    reliability).
+
+    ``split_half`` is made by :func:`replica_local_variable`, not by ``make_variable``: no
+    optimizer, module or checkpoint tracks it, so the saved formats (checkpoints, ``.keras``
+    files, whose Keras 3 loader refuses a different count of optimizer variables) are those
+    of the state without it, and after a restore it reads "undefined" until the next
+    recording step (a diagnostic of this process's last recording step, never a restored
+    value).
 
     All of them are replica-local (``synchronization=ON_READ``,
     ``aggregation=ONLY_FIRST_REPLICA``): every replica computes the same values from the
@@ -49,6 +79,7 @@ class VRGDState:
         self.deficits: List = []
         self.corrections: List = []
         self.statistics: List = []
+        self.split_half: List = []
         self.variable_names: List[str] = []
 
     def add_variables(self, variables: Sequence) -> None:
@@ -61,6 +92,7 @@ class VRGDState:
             self._index[key] = i
             self.variable_names.append(naming.variable_name(var))
             self.statistics.append(self._make_variable("statistics", i, [NUM_STATISTICS], var))
+            self.split_half.append(replica_local_variable([NUM_SPLIT_HALF], f"vrgd_split_half_{i}"))
             if self._beta_3 > 0.0:
                 self.deficits.append(self._make_variable("deficit", i, var.shape, var))
                 self.corrections.append(self._make_variable("correction", i, [], var))
@@ -158,14 +190,17 @@ def untouched_statistics(state, entry, rows, correction) -> tf.Tensor:
     return tf.stack([missing, applied])
 
 
-def record(state, indices, make_rows: Callable[[], tf.Tensor], predicate) -> None:
-    """Writes ``make_rows()`` (float32 ``[n, NUM_STATISTICS]``, run inside the branch) into
-    the statistics of the ``n`` state ``indices`` if ``predicate`` (a Python bool or a
-    scalar bool tensor)."""
+def record(
+    state, indices, make_rows: Callable[[], tf.Tensor], predicate, kind: str = "statistics"
+) -> None:
+    """Writes ``make_rows()`` (float32 ``[n, NUM_STATISTICS]``, or ``[n, NUM_SPLIT_HALF]``
+    for ``kind="split_half"``; run inside the branch) into the state ``kind`` of the ``n``
+    state ``indices`` if ``predicate`` (a Python bool or a scalar bool tensor)."""
+    targets = getattr(state, kind)
 
     def write():
         for i, row in zip(indices, tf.unstack(make_rows(), num=len(indices))):
-            state.statistics[i].assign(row)
+            targets[i].assign(row)
         return tf.constant(True)
 
     if predicate is True:

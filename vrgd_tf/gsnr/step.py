@@ -11,7 +11,7 @@ from typing import List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
-from vrgd_tf.gsnr import collectives, smoothing, sparse
+from vrgd_tf.gsnr import collectives, halves, smoothing, sparse
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
@@ -94,6 +94,8 @@ def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
         indices = [state.index(v) for v in variables]
         zeros = lambda: tf.zeros([len(indices), NUM_STATISTICS])  # noqa: E731
         state_lib.record(state, indices, zeros, record_statistics)
+        undefined = lambda: tf.zeros([len(indices), halves.NUM_SPLIT_HALF])  # noqa: E731
+        state_lib.record(state, indices, undefined, record_statistics, kind="split_half")
     report = StepReport(num_samples, num_samples, False, None, False)
     return ReducedGradients(collectives.sum_plain(grads, ctx), report)
 
@@ -167,6 +169,25 @@ def _record(layout, state, summed, factors, applied, corrections, report, record
         return tf.where(report.active, values, 0.0)
 
     state_lib.record(state, [e.state_index for e in layout.entries], rows, predicate)
+
+
+def _record_split_half(layout, state, summed, plan, report, record, rtol):
+    """Records the split-half reliability on a recording step with finite sums: measured
+    where the plan is and every one of the ``k`` samples contributed (the halves' sample
+    counts are static), else undefined rows (zeros)."""
+    if record is False:
+        return
+    predicate = report.finite if record is True else tf.logical_and(record, report.finite)
+    n = len(layout.entries)
+
+    def rows():
+        if plan is None:
+            return tf.zeros([n, halves.NUM_SPLIT_HALF])
+        complete = tf.equal(report.samples, float(plan.num_samples))
+        return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
+
+    indices = [e.state_index for e in layout.entries]
+    state_lib.record(state, indices, rows, predicate, kind="split_half")
 
 
 def _outputs(layout, summed, applied) -> List:
@@ -286,6 +307,9 @@ def variance_reduce(
         sparse_statistics=options.sparse_statistics,
     )
     local = samples_lib.local_samples(layout, grads, sq_sums)
+    plan = halves.plan(layout, options.split_half_stride)
+    if plan is not None:
+        local = local._replace(half=halves.local_half(plan, local, ctx))
     reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
     samples = tf.maximum(summed.count, 1.0)
@@ -309,4 +333,5 @@ def variance_reduce(
         record_statistics,
         options.gamma,
     )
+    _record_split_half(layout, state, summed, plan, report, record_statistics, options.rtol)
     return ReducedGradients(_outputs(layout, summed, applied), report)
