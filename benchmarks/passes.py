@@ -6,17 +6,19 @@ head at sequence length 128, N = 4,384,058 elements, the word embedding 3,906,81
 their gradients and the sums of four micro-batch groups' squares held in variables. Three
 steps, each a ``tf.function`` (graph mode, then ``jit_compile=True``):
 
-  pass   one read+write pass over all N elements: ``w.assign(g + 1.0)`` per variable;
+  pass   one read+write pass over all N elements: ``dst.assign(src + 1.0)`` on one flat
+         float32 ``[N]`` buffer (memory bandwidth, no per-variable overhead);
   lamb   ``vrgd_tf.Lamb(1e-4, weight_decay_rate=0.01).apply_gradients`` of the gradients;
   vrgd   ``vrgd_tf.VRGDLamb`` with the same arguments and the VRGD defaults (``gamma=0.1``,
          ``beta_3=0.9``, statistics every step) applying the same gradients as the sum of
          ``m = 4`` groups (``apply_grouped_gradients(..., sq_sums, num_groups=4)``, k = 4).
 
-Timing: every step is traced and warmed up, then each of ``--reps`` repetitions times every
-step once (``--steps`` calls), in an order rotated per repetition. Reported per mode, from
-the medians: ``pass_ms``; ``lamb_passes = lamb / pass``; ``vrgd_passes = vrgd / pass``;
-``gsnr_passes = (vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24). The
-numbers are of this machine and its load (2 cores shared): read the ratios, not the times.
+Timing: every step of both modes is traced and warmed up, then each of ``--reps``
+repetitions times all six once (``--steps`` calls each), in an order rotated per repetition.
+Reported per mode, from the medians and from the minima over the repetitions:
+``lamb_passes = lamb / pass``, ``vrgd_passes = vrgd / pass`` and ``gsnr_passes =
+(vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24). The numbers are of
+this machine and its load (2 cores shared with other work): read the ratios, not the times.
 
 Examples:
   python benchmarks/passes.py                 # about 5 minutes
@@ -58,17 +60,19 @@ def _variables(shapes):
     for shape in shapes:
         groups = rng.standard_normal((NUM_GROUPS,) + tuple(shape), np.float32) * 1e-3
         groups += rng.standard_normal(tuple(shape), np.float32) * 1e-3  # a shared signal
-        weights.append(tf.Variable(rng.standard_normal(shape, np.float32) * 0.02))
+        weights.append(rng.standard_normal(shape, np.float32) * 0.02)
         grads.append(tf.Variable(groups.sum(0), trainable=False))
         squares.append(tf.Variable(np.square(groups).sum(0), trainable=False))
     return weights, grads, squares
 
 
-def _steps(shapes, jit_compile):
-    """``{name: tf.function}`` of the three steps on fresh variables."""
+def _steps(shapes, grads, squares, weights, jit_compile):
+    """``{name: tf.function}`` of the three steps of one mode, on fresh variables."""
     import vrgd_tf
 
-    weights, grads, squares = _variables(shapes)
+    n = int(sum(int(np.prod(s)) for s in shapes))
+    src = tf.Variable(tf.zeros([n]), trainable=False)
+    dst = tf.Variable(tf.zeros([n]), trainable=False)
     kwargs = dict(learning_rate=1e-4, weight_decay_rate=0.01)
     lamb, vrgd = vrgd_tf.Lamb(**kwargs), vrgd_tf.VRGDLamb(**kwargs)
     lamb_w = [tf.Variable(w) for w in weights]
@@ -78,8 +82,7 @@ def _steps(shapes, jit_compile):
     assert vrgd.beta_3 == 0.9 and vrgd.statistics_interval == 1 and vrgd.gamma == 0.1
 
     def copy():
-        for w, g in zip(weights, grads):
-            w.assign(g + 1.0)
+        dst.assign(src + 1.0)
 
     def base():
         lamb.apply_gradients(zip([g.read_value() for g in grads], lamb_w))
@@ -99,45 +102,53 @@ def _time(fn, steps):
     t0 = time.perf_counter()
     for _ in range(steps):
         fn()
-    # The last call's variable writes are done when a read returns.
     return (time.perf_counter() - t0) / steps
 
 
-def measure(shapes, jit_compile, reps, steps, log=print):
-    """Median step times (ms) and the passes of one mode."""
-    fns, vrgd = _steps(shapes, jit_compile)
-    names = list(fns)
-    for name in names:
-        fns[name]()  # trace
-        _time(fns[name], steps)  # warm up
-    times = {name: [] for name in names}
+def measure(shapes, reps, steps, log=print):
+    """Both modes' steps timed interleaved (one repetition times all six); one row per
+    mode with the median and minimum times (ms) and the passes from each."""
+    weights, grads, squares = _variables(shapes)
+    fns, optimizers = {}, {}
+    for jit in (False, True):
+        mode_fns, optimizers[jit] = _steps(shapes, grads, squares, weights, jit)
+        fns.update({(jit, name): f for name, f in mode_fns.items()})
+    keys = list(fns)
+    for key in keys:
+        fns[key]()  # trace
+        _time(fns[key], steps)  # warm up
+    times = {key: [] for key in keys}
     for r in range(reps):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(_time(fns[name], steps))
-    med = {name: float(np.median(t)) for name, t in times.items()}
-    stats = vrgd.vrgd_statistics()
-    mean_factor = float(np.mean([s["mean_factor"] for s in stats.values()]))
-    row = {
-        "jit_compile": jit_compile,
-        "ms": {name: benchlib.summarize([x * 1e3 for x in t]) for name, t in times.items()},
-        "pass_ms": med["pass"] * 1e3,
-        "lamb_passes": med["lamb"] / med["pass"],
-        "vrgd_passes": med["vrgd"] / med["pass"],
-        "gsnr_passes": (med["vrgd"] - med["lamb"]) / med["pass"],
-        "mean_factor": mean_factor,
-    }
-    log(
-        f"jit_compile={jit_compile}: pass {row['pass_ms']:.2f} ms, LAMB "
-        f"{row['lamb_passes']:.1f} passes, VRGD {row['vrgd_passes']:.1f}, GSNR part "
-        f"{row['gsnr_passes']:.1f} (mean factor {mean_factor:.3f})"
-    )
-    return row
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            times[key].append(_time(fns[key], steps))
+    rows = []
+    for jit in (False, True):
+        row = {"jit_compile": jit}
+        for stat, fn in (("median", np.median), ("min", np.min)):
+            t = {name: float(fn(times[(jit, name)])) for name in ("pass", "lamb", "vrgd")}
+            row[stat] = {
+                "ms": {name: v * 1e3 for name, v in t.items()},
+                "lamb_passes": t["lamb"] / t["pass"],
+                "vrgd_passes": t["vrgd"] / t["pass"],
+                "gsnr_passes": (t["vrgd"] - t["lamb"]) / t["pass"],
+            }
+        stats = optimizers[jit].vrgd_statistics()
+        row["mean_factor"] = float(np.mean([s["mean_factor"] for s in stats.values()]))
+        med = row["median"]
+        log(
+            f"jit_compile={jit}: pass {med['ms']['pass']:.2f} ms, LAMB "
+            f"{med['lamb_passes']:.1f} passes, VRGD {med['vrgd_passes']:.1f}, GSNR part "
+            f"{med['gsnr_passes']:.1f} (min-based {row['min']['gsnr_passes']:.1f}; mean factor "
+            f"{row['mean_factor']:.3f})"
+        )
+        rows.append(row)
+    return rows
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="Small shapes, few repetitions.")
-    parser.add_argument("--reps", type=int, default=None, help="Repetitions (default 15).")
+    parser.add_argument("--reps", type=int, default=None, help="Repetitions (default 21).")
     parser.add_argument("--steps", type=int, default=None, help="Calls per timing (default 5).")
     parser.add_argument(
         "--out",
@@ -147,14 +158,14 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else BERT_TINY_SHAPES
-    reps = args.reps or (2 if args.quick else 15)
+    reps = args.reps or (2 if args.quick else 21)
     steps = args.steps or (1 if args.quick else 5)
     out = args.out or os.path.join(
         benchlib.RESULTS_DIR, "passes_quick.json" if args.quick else "passes.json"
     )
     import vrgd_tf
 
-    rows = [measure(shapes, jit, reps, steps) for jit in (False, True)]
+    rows = measure(shapes, reps, steps)
     doc = {
         "kind": "passes",
         "command": benchlib.command_line(),
