@@ -104,16 +104,15 @@ def subsample(x, shape, stride):
 
 
 class FakeReplicaContext:
-    """Replica 0 of ``R``, each replica holding ``m`` groups whose samples are given: the
-    first all-reduce adds the others' gradient sums, count and masked split-half buffer,
-    the second their sums of squares."""
+    """Replica ``me`` of ``R``, each replica holding ``m`` groups whose samples are given:
+    the first all-reduce adds the others' gradient sums, count and masked split-half
+    buffer, the second their sums of squares."""
 
-    replica_id_in_sync_group = 0
-
-    def __init__(self, samples, shapes, groups, stride):
+    def __init__(self, samples, shapes, groups, stride, me):
         self.samples = samples  # [n] arrays [R, m, *shape]
         self.shapes, self.groups, self.stride = shapes, groups, stride
         self.num_replicas_in_sync = samples[0].shape[0]
+        self.replica_id_in_sync_group = me
         self.calls = 0
 
     def replica_sums(self, d):
@@ -126,13 +125,13 @@ class FakeReplicaContext:
         first, self.calls = self.calls % 2 == 0, self.calls + 1
         n = len(self.samples)
         out = [tf.identity(v) for v in value]
-        for d in range(1, self.num_replicas_in_sync):
+        for d in set(range(self.num_replicas_in_sync)) - {self.replica_id_in_sync_group}:
             grads, squares = self.replica_sums(d)
             if not first:
                 out[:n] = [o + np.ravel(q) for o, q in zip(out, squares)]
                 continue
             out[:n] = [o + np.ravel(g) for o, g in zip(out, grads)]
-            out[n] = out[n] + float(self.groups)
+            out[n] = out[n] + float(self.groups) * any(np.any(g != 0) for g in grads)
             if len(value) > n + 1:  # the split-half buffer
                 a = float(d < self.num_replicas_in_sync // 2)
                 parts = [subsample(g, s, self.stride) for g, s in zip(grads, self.shapes)]
@@ -160,11 +159,13 @@ def pattern_samples(rng, shape, r, m, low=-1.0, high=3.0):
 
 
 class InStepTest(tf.test.TestCase, parameterized.TestCase):
-    @parameterized.parameters((4, 1, 1, False), (4, 1, 10, True), (2, 2, 3, True), (6, 1, 1, True))
-    def test_recorded_values_match_the_reference(self, replicas, groups, stride, jit):
-        """The whole step with its collectives in one (XLA) function, replica 0 traced:
-        the recorded rows equal the NumPy reference on the same subsample; the gradients
-        are those without the reliability."""
+    @parameterized.parameters(
+        (4, 1, 1, False, 0), (4, 1, 10, True, 3), (2, 2, 3, True, 1), (6, 1, 1, True, 2)
+    )
+    def test_recorded_values_match_the_reference(self, replicas, groups, stride, jit, me):
+        """The whole step with its collectives in one (XLA) function, replica ``me`` traced
+        (in half A or B): the recorded rows equal the NumPy reference on the same
+        subsample; the gradients are those without the reliability."""
         rng = np.random.RandomState(replicas * 10 + stride)
         shapes = [(64, 10), (300,), (5,)]
         samples = [pattern_samples(rng, s, replicas, groups) for s in shapes]
@@ -175,10 +176,10 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
         state.add_variables(variables)
 
         def run(split_half_stride):
-            ctx = FakeReplicaContext(samples, shapes, groups, stride)
-            grads = [tf.constant(x[0].sum(0)) for x in samples]
+            ctx = FakeReplicaContext(samples, shapes, groups, stride, me)
+            grads = [tf.constant(x[me].sum(0)) for x in samples]
             squares = [
-                tf.constant((x[0].astype(np.float64) ** 2).sum(0), tf.float32) for x in samples
+                tf.constant((x[me].astype(np.float64) ** 2).sum(0), tf.float32) for x in samples
             ]
 
             @tf.function(jit_compile=jit)
@@ -208,6 +209,28 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(got[:2], [reliability, rho], atol=3e-4, msg=f"variable {i}")
         self.assertTrue(state.split_half[0].numpy()[3])  # a 640-element pattern is defined
         self.assertGreater(state.split_half[0].numpy()[0], 0.5)
+
+    def test_a_replica_without_examples_leaves_it_undefined(self):
+        """k counts 3 of 4 samples (replica 2 sent zeros): the halves' static counts do not
+        hold, so the step records undefined rows (zeros), not a wrong value."""
+        rng = np.random.RandomState(0)
+        shape = (256,)
+        samples = pattern_samples(rng, shape, 4, 1)
+        samples[2] = 0.0
+        variable = tf.Variable(tf.zeros(shape))
+        state = gsnr.VRGDState(lambda kind, i, s, _: tf.Variable(tf.zeros(s)), id, 0.0)
+        state.add_variables([variable])
+        state.split_half[0].assign([0.5, 0.5, 10.0, 1.0])  # a previous recording step
+        ctx = FakeReplicaContext([samples], [shape], 1, 1, 0)
+        gsnr.variance_reduce(
+            [tf.constant(samples[0, 0])],
+            [variable],
+            state=state,
+            replica_context=ctx,
+            split_half_stride=1,
+        )
+        self.assertAllEqual(state.split_half[0].numpy(), [0.0, 0.0, 0.0, 0.0])
+        self.assertGreater(state.statistics[0].numpy()[3], 0.0)  # the step had a GSNR
 
 
 # --- real fits on 8 replicas -----------------------------------------------------------------
