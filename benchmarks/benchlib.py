@@ -717,7 +717,7 @@ class StepTimer:
 
 #: Default weights check of :func:`time_variants`: variants that must end with the weights
 #: of ``base`` (the same update), the others are compared with ``vr``.
-_SAME_AS_BASE = ("base", "sq", "sq_split", "sq_bf16", "base_allreduce")
+_SAME_AS_BASE = ("base", "sq", "sq_bf16", "base_allreduce")
 
 
 def time_variants(make_timers, variant_names, steps, reps, log, checks=None, weights_out=None):

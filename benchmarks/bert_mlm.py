@@ -185,7 +185,8 @@ def main(argv):
     done = {(r["optimizer"], r["seed"]) for r in doc["runs"]}
 
     if not os.path.exists(os.path.join(FLAGS.data_dir, "train.tfrecord")):
-        from vrgd_tf.model_garden import prepare_data  # pylint: disable=g-import-not-at-top
+        sys.path.insert(0, os.path.join(REPO, "examples", "data"))
+        import prepare_model_garden_data as prepare_data  # pylint: disable=g-import-not-at-top
 
         print(f"preparing Shakespeare into {FLAGS.data_dir} ...", flush=True)
         prepare_data.prepare_shakespeare(FLAGS.data_dir)

@@ -208,11 +208,13 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
     ``apply_grouped_gradients(..., sq_sums, num_groups=m)`` if ``squares``, else (control)
     to ``apply_gradients``.
 
-    ``loop="unrolled"``: a Python loop (as ``use_micro_batches``): ``m`` copies of the
+    ``loop="unrolled"``: the library's group loop, ``vrgd_tf.micro_batches.run_groups``
+    (what ``use_micro_batches`` and Model Garden's trainer run): ``m`` copies of the
     forward and backward pass in the graph, group ``j + 1``'s forward pass depending on
     group ``j``'s squares (or gradients); sparse gradients stay sparse in the sum.
-    ``loop="while"``: a ``tf.while_loop`` (``parallel_iterations=1``) whose body is one
-    group: one copy in the graph whatever ``m``; dense accumulators.
+    ``loop="while"``: this benchmark's own variant, not in the library: a ``tf.while_loop``
+    (``parallel_iterations=1``) whose body is one group, one copy in the graph whatever
+    ``m``; dense accumulators.
     """
     import tensorflow as tf
 
@@ -221,25 +223,15 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
     variables = model.trainable_variables
 
     def unrolled(mine):
-        parts = [[] for _ in variables]
-        sq_sums = [None] * len(variables)
-        previous = []
-        for group in micro_batches.split_batch(mine, m):
-            with tf.control_dependencies(previous):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(group)
-                grads = tape.gradient(loss, variables)
-            previous = []
-            for i, g in enumerate(grads):
-                if g is None:  # e.g. BERT's unused pooler
-                    continue
-                parts[i].append(g)
-                if squares:
-                    sq_sums[i] = micro_batches.add_square(sq_sums[i], g)
-                    previous.append(sq_sums[i])
-                else:
-                    previous += tf.nest.flatten(g, expand_composites=True)
-        return [micro_batches.sum_group_gradients(p) for p in parts], sq_sums
+        def group_step(group):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(group)
+            # (a None gradient: e.g. BERT's unused pooler)
+            return list(zip(tape.gradient(loss, variables), variables)), None
+
+        groups = micro_batches.split_batch(mine, m)
+        result = micro_batches.run_groups(groups, group_step, squares=squares)
+        return [g for g, _ in result.grads_and_vars], result.sq_sums
 
     def while_loop(mine):
         # [m, group, ...]: group j is rows j*group .. (j+1)*group - 1, static shapes.
@@ -258,7 +250,8 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
             dense = [z if g is None else tf.convert_to_tensor(g) for g, z in zip(grads, zeros)]
             acc = [a + g for a, g in zip(acc, dense)]
             if squares:
-                return (j + 1, acc, [q + tf.square(g) for q, g in zip(sq[0], dense)])
+                sq = [micro_batches.add_square(q, g) for q, g in zip(sq[0], dense)]
+                return j + 1, acc, sq
             return j + 1, acc
 
         init = (tf.constant(0), zeros) + ((list(zeros),) if squares else ())

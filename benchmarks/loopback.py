@@ -16,9 +16,9 @@ two workers in lockstep; worker 0 reports. Variants (``variants.py``):
   base_2x    X on the same architecture with twice the parameters (MLP: hidden width
              2048 -> 3072; BERT-tiny: vocabulary 30522 -> 2 x 30522 + the rest / 129): the
              bytes of VR on the wire, with twice the gradient and update work too;
-  sq         X + the packed ``[x, x*x]`` float32 all-reduce (8 N bytes), update from the sum;
-  sq_split   X + the same 8 N bytes in two float32 calls, ``[x]`` and ``[x*x]``;
-  sq_bf16    X + the float32 ``x`` and bfloat16 ``x*x`` all-reduce (6 N bytes);
+  sq         X + the squares, all-reduced as VRGD does (``vrgd_tf.gsnr.sum_with_squares``:
+             the float32 ``x``, then the float32 ``x*x``, 8 N bytes), update from the sum;
+  sq_bf16    the same with the squares in bfloat16 (6 N bytes);
   vr_nostats the library's VR class with ``statistics_interval=0`` (no diagnostics);
   vr         the library's VR class, defaults (diagnostics every step);
   vr_bf16    the same with ``squares_dtype="bfloat16"``.
@@ -57,13 +57,12 @@ RESULT_TAG = "LOOPBACK_RESULT "
 MODELS = ("mlp", "bert_tiny")
 VARIANTS = ("base", "base_2x", "sq", "sq_bf16", "vr_nostats", "vr", "vr_bf16")
 #: Weights each variant must end with (same steps, same batch, same start).
-CHECKS = {"sq": "base", "sq_split": "base", "sq_bf16": "base", "vr_nostats": "vr", "vr_bf16": "vr"}
+CHECKS = {"sq": "base", "sq_bf16": "base", "vr_nostats": "vr", "vr_bf16": "vr"}
 #: Bytes per parameter in each variant's all-reduce payload (per worker and step).
 BYTES_PER_PARAM = {
     "base": 4,
     "base_2x": 4,
     "sq": 8,
-    "sq_split": 8,
     "sq_bf16": 6,
     "vr": 8,
     "vr_nostats": 8,

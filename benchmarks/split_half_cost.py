@@ -8,7 +8,7 @@ VR optimizer without the split-half reliability, ``split_half`` the same with it
 ``plain`` the base optimizer (no VRGD), for scale. ``split_half`` must end with ``base``'s
 weights exactly (the reliability changes no gradient): checked and recorded.
 
-Models: the digits demo's MLP (64-256-256-10, 85k parameters, ``vrgd_tf.demo``) and a wide
+Models: the digits demo's MLP (64-256-256-10, 85k parameters, ``examples/digits``) and a wide
 MLP (64-1024-1024-10, 1.1M parameters), both with VR-LAMB.
 
 Example:
@@ -74,9 +74,15 @@ def time_model(model_name, interval, strategy, log):
     import numpy as np
 
     import vrgd_tf
-    from vrgd_tf.demo import digits_large_batch as demo
 
+    sys.path.insert(
+        0,
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "digits"
+        ),
+    )
     import benchlib
+    import digits_large_batch as demo
 
     data = demo.load_data()
     reps = int(np.ceil(FLAGS.batch / len(data.y_train)))

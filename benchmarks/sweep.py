@@ -330,7 +330,7 @@ def main(argv):
         tag, ds, pair, side, batch, k, gamma, seed, lr = item
         base_cls, vr_cls, _ = benchlib.optimizer_classes(pair)
         opt_name = (vr_cls if side == "vr" else base_cls).__name__
-        beta_3 = vr_cls._vrgd_default_beta_3 if side == "vr" else None
+        beta_3 = vr_cls.default_settings.beta_3 if side == "vr" else None
         key = (
             "lr" if tag == "lr" else "main",
             ds,

@@ -11,9 +11,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   base_allreduce  (tf_keras only) the base with its gradients summed by
                   ``ReplicaContext.all_reduce`` in the replica context, as VRGD does, instead
                   of ``OptimizerV2``'s merge_call path: separates the aggregation path;
-  sq              base + the squares: VRGD's two dense all-reduce calls
-                  (``gsnr.sum_with_squares``: ``[x]``, then ``[x*x]``), the update from the
-                  plain sum;
+  sq              base + the squares, all-reduced exactly as VRGD sends them
+                  (``gsnr.sum_with_squares``: the float32 gradients, then their squares),
+                  the update from the plain sum;
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
@@ -21,14 +21,12 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   vr_dense        ``vr`` with the statistics of ``tf.IndexedSlices`` gradients taken on their
                   dense form (the library before its sparse statistics): VR minus
                   ``vr_dense`` is what the exact sparse statistics save;
-  sq_split        base + the same 8 N bytes as ``sq`` in two float32 all-reduce calls of
-                  ``[x]`` and ``[x*x]`` (4 N bytes each): separates bytes from buffer size;
   vr_beta3_0, vr_nostats_beta3_0
                   ``vr`` and ``vr_nostats`` with ``beta_3=0``: no factor momentum, so no
                   per-element state (what the factor state costs in memory);
   sq_bf16, vr_bf16, vr_nostats_bf16
-                  the same with ``squares_dtype="bfloat16"``: the squares all-reduced in a
-                  second, bfloat16 buffer (6 instead of 8 bytes per parameter).
+                  the same with ``squares_dtype="bfloat16"``: the squares all-reduced in
+                  bfloat16 (6 instead of 8 bytes per parameter).
 """
 
 import tensorflow as tf
@@ -47,7 +45,7 @@ VR_VARIANTS = {
 
 
 def _sum_with_squares(ctx, grads, squares_dtype="float32"):
-    """All-reduce the packed [x, x*x] (the library's collective); returns the plain sums."""
+    """The library's collective (the gradients, then their squares); returns the plain sums."""
     s1, _, sizes, dense, _ = gsnr.sum_with_squares(
         grads, replica_context=ctx, squares_dtype=squares_dtype
     )
@@ -59,17 +57,6 @@ def _reduce(name, ctx, grads):
         return _sum_with_squares(ctx, grads)
     if name == "sq_bf16":
         return _sum_with_squares(ctx, grads, "bfloat16")
-    if name == "sq_split":
-        dense = [gsnr.dense_gradient(g) for g in grads]
-        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in dense], 0)
-        s1 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, flat)
-        s2 = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.square(flat))
-        with tf.control_dependencies([s2]):
-            s1 = tf.identity(s1)
-        sizes = [int(g.shape.num_elements()) for g in dense]
-        return [
-            tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)
-        ]
     if name == "base_allreduce":
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [gsnr.dense_gradient(g) for g in grads])
     raise ValueError(f"unknown variant {name!r}")

@@ -14,6 +14,7 @@ precede TensorFlow's runtime start. Nothing here imports from ``benchmarks/``.
 
 import json
 import os
+import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -72,9 +73,11 @@ def fashion_cnn(num_classes=10):
 
 def load_fashion_mnist(data_dir=None, split_seed=0):
     """Fashion-MNIST 55k train / 5k validation / 10k test as a data dict (``x``/``y``
-    train, ``x_val``/``y_val``, ``x_test``/``y_test``); see :mod:`vrgd_tf.data.fashion_mnist`
+    train, ``x_val``/``y_val``, ``x_test``/``y_test``); see ``examples/data/fashion_mnist.py``
     for the files and the checks."""
-    from vrgd_tf.data import fashion_mnist
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(repo, "examples", "data"))
+    import fashion_mnist
 
     d = fashion_mnist.load(data_dir or fashion_mnist.DEFAULT_DIR, split_seed=split_seed)
     return {

@@ -41,7 +41,7 @@ def main():
     copies = [v.numpy().tolist() for v in strategy.experimental_local_results(w.value)]
     deficit = [
         v.numpy().tolist()
-        for v in strategy.experimental_local_results(opt._vrgd_state.deficits[0].value)
+        for v in strategy.experimental_local_results(opt.vrgd_aggregator.state.deficits[0].value)
     ]
     print(json.dumps({"w": copies, "deficit": deficit}))
 

@@ -1,4 +1,4 @@
-"""Tests of vrgd_tf.data: real digits and Shakespeare, Model Garden formats."""
+"""Tests of examples/data: real digits and Shakespeare, Model Garden formats."""
 
 import collections
 import json
@@ -14,7 +14,8 @@ from official.nlp.data import pretrain_dataloader
 from official.nlp.tools import tokenization
 from official.vision.dataloaders import classification_input
 
-from vrgd_tf.data import digits, shakespeare
+import digits_tfrecords as digits
+import shakespeare_pretraining as shakespeare
 
 
 def _records(pattern_or_files):

@@ -1,7 +1,7 @@
-"""Fast end-to-end test of ``python -m vrgd_tf.demo.digits_large_batch`` (tiny settings).
+"""Fast end-to-end test of ``examples/digits/digits_large_batch.py`` (tiny settings).
 
 Runs the demo once (2 replicas, 2 epochs, global batch 64, a small MLP, LAMB and VR-LARS)
-through :func:`vrgd_tf.demo.digits_large_batch.run` and checks what it wrote and returned.
+through :func:`digits_large_batch.run` and checks what it wrote and returned.
 """
 
 import json
@@ -15,7 +15,9 @@ from absl import flags
 from absl.testing import flagsaver
 
 from vrgd_tf import devices
-from vrgd_tf.demo import digits_large_batch as demo
+
+import digits_large_batch as demo
+import digits_reporting as reporting
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -152,7 +154,7 @@ class DigitsDemoTest(tf.test.TestCase):
         )
 
     def test_table_lists_every_run(self):
-        table = demo.format_table(self.results.rows)
+        table = reporting.format_table(self.results.rows)
         self.assertIn("lamb", table)
         self.assertIn("vrgd_lars", table)
         self.assertLen(table.splitlines(), 2 + len(self.results.rows))
@@ -234,17 +236,25 @@ if __name__ == "__main__":
 
 
 class DemoHelpTest(tf.test.TestCase):
-    def test_help_lists_the_demo_flags_when_run_with_python_m(self):
-        """`python -m` makes the demo's module `__main__`, whose flags absl's help left out:
-        --help, --helpshort and --helpfull listed none of them."""
+    def test_help_lists_the_demo_flags_when_run_as_a_script(self):
+        """Run as the README's command (the script is `__main__`, whose flags absl's help left
+        out: --help, --helpshort and --helpfull listed none of them), from another directory:
+        the script finds its sibling modules itself."""
         import subprocess
         import sys
 
+        script = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            "examples",
+            "digits",
+            "digits_large_batch.py",
+        )
         out = subprocess.run(
-            [sys.executable, "-m", "vrgd_tf.demo.digits_large_batch", "--helpshort"],
+            [sys.executable, script, "--helpshort"],
             capture_output=True,
             text=True,
             timeout=300,
+            cwd=tempfile.gettempdir(),
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         ).stdout
         for name in ("--epochs", "--global_batch", "--gamma", "--output_dir"):

@@ -10,7 +10,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from vrgd_tf.data import fashion_mnist as fm
+import fashion_mnist as fm
 
 
 def write_idx(path, array):

@@ -204,7 +204,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         variables, opt = util.run_custom_loop(strategy, make, init, first)
         ckpt_dir = tempfile.mkdtemp()
         path = tf.train.Checkpoint(optimizer=opt, **variables).save(os.path.join(ckpt_dir, "ckpt"))
-        saved_deficit = opt._vrgd_state.deficits[0].numpy()
+        saved_deficit = opt.vrgd_aggregator.state.deficits[0].numpy()
         self.assertGreater(np.abs(saved_deficit).max(), 0.0)
 
         with strategy.scope():

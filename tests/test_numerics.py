@@ -209,12 +209,16 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
         grads = np.random.RandomState(4).randn(2, 2, 5).astype(np.float32)
         grads[1, 0, 2] = np.nan
         w, opt = one_var_run(vrgd_tf.VRGDAdam, dict(learning_rate=0.1), grads[:1])
-        deficit_before = opt._vrgd_state.deficits[0].numpy().copy()
-        stats_before = opt._vrgd_state.statistics[0].numpy().copy()
+        deficit_before = opt.vrgd_aggregator.state.deficits[0].numpy().copy()
+        stats_before = opt.vrgd_aggregator.state.statistics[0].numpy().copy()
         w2, opt2 = one_var_run(vrgd_tf.VRGDAdam, dict(learning_rate=0.1), grads)
         self.assertTrue(np.isnan(w2.numpy()[2]))  # not hidden
-        np.testing.assert_array_equal(opt2._vrgd_state.deficits[0].numpy(), deficit_before)
-        np.testing.assert_array_equal(opt2._vrgd_state.statistics[0].numpy(), stats_before)
+        np.testing.assert_array_equal(
+            opt2.vrgd_aggregator.state.deficits[0].numpy(), deficit_before
+        )
+        np.testing.assert_array_equal(
+            opt2.vrgd_aggregator.state.statistics[0].numpy(), stats_before
+        )
 
     @parameterized.parameters("float16", "bfloat16")
     def test_low_precision_variables(self, dtype):

@@ -146,7 +146,9 @@ class SummariesTest(tf.test.TestCase):
                     make_variable=make_variable,
                 )
                 self.assertEqual(opt.get_config()["statistics_interval"], interval)
-                for name, var in zip(opt._vrgd_state.variable_names, opt._vrgd_state.statistics):
+                for name, var in zip(
+                    opt.vrgd_aggregator.state.variable_names, opt.vrgd_aggregator.state.statistics
+                ):
                     key = [n for n in init if name.endswith(n)][0]
                     expected = (
                         np.zeros(gsnr.NUM_STATISTICS)

@@ -5,9 +5,10 @@ Keras 3 optimizers: :class:`VRGDSGD`, :class:`VRGDAdam`, :class:`VRGDLars`,
 :class:`VRGDLamb`, and :func:`make_vrgd_optimizer` for any other Keras optimizer class.
 The GSNR statistics live in :mod:`vrgd_tf.gsnr`. The tf_keras family for TF Model Garden
 lives in :mod:`vrgd_tf.tf_keras`; with ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is tf_keras)
-the top-level names are that family's classes, and :class:`GSNRLogger` (headline GSNR
-diagnostics in ``fit``'s logs) and :class:`GSNRTensorBoard` are the tf_keras callbacks.
-:func:`vrgd_statistics` reads the GSNR diagnostics through loss-scale wrappers.
+the top-level names are that family's classes, and :class:`~vrgd_tf.summaries.GSNRLogger`
+(headline GSNR diagnostics in ``fit``'s logs) and :class:`~vrgd_tf.summaries.GSNRTensorBoard`
+are the tf_keras callbacks. :func:`~vrgd_tf.summaries.vrgd_statistics` reads the GSNR
+diagnostics through loss-scale wrappers.
 """
 
 import os as _os

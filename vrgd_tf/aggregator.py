@@ -12,13 +12,15 @@ warnings.
 """
 
 import dataclasses
+import inspect
 import logging
 from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import gsnr, naming, validation
+from vrgd_tf import gsnr, naming
+from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, signature_parameters
 
 __all__ = ["GSNRAggregator", "has_gsnr"]
 
@@ -31,6 +33,7 @@ def _replica_local_variable(kind, index, shape, reference):
     return gsnr.state.replica_local_variable(shape, f"vrgd_{kind}_{index}")
 
 
+@expose(lambda self: self.settings)
 class GSNRAggregator(tf.Module):
     """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
 
@@ -44,59 +47,64 @@ class GSNRAggregator(tf.Module):
     ``beta_3 > 0`` (Section 4.2, *our reading*), and returns ``factor * S1`` (eq. 10): the
     summed gradient that the base update rule then uses.
 
-    Example (custom loop with a tf_keras optimizer, which can skip its own all-reduce;
-    Keras 3 optimizers cannot, so there use ``vrgd_tf.make_vrgd_optimizer(cls)``, which
-    aggregates with this class)::
+    Example: a custom training step with a tf_keras optimizer, which can skip its own
+    all-reduce (Keras 3 optimizers cannot: use ``vrgd_tf.make_vrgd_optimizer(cls)`` there,
+    which aggregates with this class), on 2 logical CPU replicas. Replica 0's gradient is
+    ``[1, 1]`` and replica 1's ``[3, -0.5]``: the replicas agree on element 0 (GSNR 4) more
+    than on element 1 (GSNR 1/9), so the factor ``clip(r / mean(r), 0.1, 1)`` is
+    ``[1, 0.1]`` and the summed gradient ``S1 = [4, 0.5]`` becomes ``[4, 0.05]``:
 
-        with strategy.scope():
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
-            aggregator.build(model.trainable_variables)
-            optimizer = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
+    >>> import tensorflow as tf
+    >>> import tf_keras
+    >>> import vrgd_tf
+    >>> from vrgd_tf import devices
+    >>> strategy = devices.cpu_strategy(2)
+    >>> with strategy.scope():
+    ...     w = tf.Variable([0.0, 0.0])
+    ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+    ...     aggregator.build([w])
+    ...     optimizer = tf_keras.optimizers.legacy.SGD(0.1)
+    >>> @tf.function
+    ... def train_step(inputs):
+    ...     def replica_step(x):
+    ...         with tf.GradientTape() as tape:
+    ...             loss = tf.reduce_sum(w * x)  # this replica's gradient is x
+    ...         grads = tape.gradient(loss, [w])
+    ...         summed = aggregator(grads, [w])  # all-reduce with the squares, GSNR factor
+    ...         optimizer.apply_gradients(
+    ...             zip(summed, [w]), experimental_aggregate_gradients=False
+    ...         )
+    ...         return summed[0]
+    ...     return strategy.run(replica_step, args=(inputs,))
+    >>> inputs = strategy.experimental_distribute_values_from_function(
+    ...     lambda ctx: tf.constant([[1.0, 1.0], [3.0, -0.5]])[ctx.replica_id_in_sync_group]
+    ... )
+    >>> print(strategy.experimental_local_results(train_step(inputs))[0].numpy())
+    [4.   0.05]
+    >>> print(w.numpy())  # SGD with learning rate 0.1 on the variance-reduced sum
+    [-0.4   -0.005]
+    >>> stats = aggregator.statistics()["Variable"]
+    >>> print(round(stats["mean_gsnr"], 4), stats["frac_at_gamma"], stats["frac_at_one"])
+    2.0556 0.5 0.5
 
-        @tf.function
-        def train_step(x, y):  # x, y from strategy.experimental_distribute_dataset
-            def replica_step(x, y):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(y, model(x, training=True)) / global_batch
-                grads = tape.gradient(loss, model.trainable_variables)
-                summed = aggregator(grads, model.trainable_variables)
-                optimizer.apply_gradients(zip(summed, model.trainable_variables),
-                                          experimental_aggregate_gradients=False)
-            strategy.run(replica_step, args=(x, y))
-
-    Or as the ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
+    In a real step the loss is divided by the global batch size, so that the summed gradient
+    is the batch mean, as ``apply_gradients`` expects. The aggregator can also be the
+    ``gradient_aggregator`` of any tf_keras or Model Garden optimizer (see
     :attr:`gradient_aggregator`).
 
+    A ``factor_transforms`` entry gets the flat float32 factor of one variable and a
+    :class:`vrgd_tf.gsnr.FactorContext` (the variable, its index, ``S1`` and ``S2`` on the
+    factor's elements, ``k`` and the step) and returns float32 of the factor's shape, the
+    same on every replica, with no Python side effects (it is traced into the step); see
+    the second example below.
+
+    ``gamma``, ``beta_3`` and ``statistics_interval`` may also be given by position, in this
+    order; the settings are :class:`vrgd_tf.settings.VRGDSettings`.
+
     Args:
-      gamma: float in (0, 1], lower bound of the factor (eq. 9). Default 0.1.
-      beta_3: float in [0, 1), decay of the factor's momentum; 0 = the raw factor.
-        Default 0.
-      statistics_interval: int >= 0, in steps: diagnostics are recorded on steps that
-        bring the step count to a multiple of it (0 = never). Default 1.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are
-        all-reduced in. bfloat16 sends 6 instead of 8 bytes per parameter (the gradients
-        stay float32) at the cost of a coarser variance: GSNRs above about
-        ``1 / (2**-8 k)`` count as undefined (factor 1); see
-        :func:`vrgd_tf.gsnr.sum_with_squares` and ``docs/cost_model.md``. Default
-        ``"float32"``.
-      factor_transforms: sequence of callables ``fn(factor, context) -> factor``, applied
-        in order to each variable's flat float32 factor after any smoothing and before it
-        multiplies ``S1`` (the extension point for research and custom rules;
-        ``context`` is a :class:`vrgd_tf.gsnr.FactorContext`: the variable, its index,
-        ``S1`` and ``S2`` on the factor's elements, ``k`` and the step). Each must return
-        float32 of the factor's shape, the same on every replica, with no Python side
-        effects (it is traced into the step). Not part of :meth:`get_config` (callables
-        do not serialize): pass them again when restoring from a config. Default none.
-        Example, a factor of one number per variable, the update norm ratio::
-
-            def scalar(factor, context):
-                s1 = context.summed
-                ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
-                ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
-                return tf.fill(tf.shape(factor), ratio)
-
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
-
+      {settings}
+      settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by
+        one (not combined with them).
       sparse_statistics: ``"rows"`` (default) or ``"dense"``, the statistics path of
         ``tf.IndexedSlices`` gradients (spec section 4): ``"rows"`` takes exact statistics
         on the rows some replica touched, with one all-gather and nothing of the variable's
@@ -105,15 +113,6 @@ class GSNRAggregator(tf.Module):
         dense form, all-reduced with the dense gradients (the same numbers, to float
         rounding; for comparisons and benchmarks). Also settable as the attribute before
         the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
-      split_half: bool, whether to measure the split-half reliability of the GSNR
-        (``docs/spec.md`` section 4; :mod:`vrgd_tf.gsnr.halves`): at recording steps, per
-        variable, the correlation of the log GSNR of two fixed halves of the samples,
-        near 0 when the GSNR is noise and near 1 when it is a stable property of the
-        elements. It costs, on every step, ``8 N / statistics_interval`` more bytes in the
-        first all-reduce (a fixed subsample, at least ``min(size, 64)`` elements per
-        variable) and no extra collective call; it needs halves of at least 2 samples
-        (4 replicas, or 2 with 2 micro-batch groups) and is undefined otherwise.
-        Default False.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -131,39 +130,46 @@ class GSNRAggregator(tf.Module):
 
     Raises:
       ValueError, TypeError: at construction, an argument outside its range (named).
+
+    Example: a factor transform that makes the factor one number per variable, the update
+    norm ratio ``||f * S1|| / ||S1||`` (here ``||[4, 0.05]|| / ||[4, 0.5]|| = 0.99236``), on
+    the replicas and gradients of the first example:
+
+    >>> def scalar(factor, context):
+    ...     s1 = context.summed
+    ...     ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+    ...     ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+    ...     return tf.fill(tf.shape(factor), ratio)
+    >>> with strategy.scope():
+    ...     scalar_aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+    ...     scalar_aggregator.build([w])
+    >>> @tf.function
+    ... def summed_gradient(inputs):
+    ...     return strategy.run(lambda x: scalar_aggregator([x], [w])[0], args=(inputs,))
+    >>> print(strategy.experimental_local_results(summed_gradient(inputs))[0].numpy())
+    [3.9694214  0.49617767]
     """
 
     def __init__(
         self,
-        gamma=0.1,
-        beta_3=0.0,
-        statistics_interval=1,
-        *,
-        squares_dtype="float32",
-        factor_transforms=(),
+        *args,
+        settings: Optional[VRGDSettings] = None,
         sparse_statistics="rows",
-        split_half=False,
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
         name="gsnr_aggregator",
+        **kwargs,
     ):
         super().__init__(name=name)
+        self.settings = _settings(args, kwargs, settings)
         self._options = gsnr.GSNROptions(
-            gamma=gamma,
-            beta_3=beta_3,
-            squares_dtype=squares_dtype,
-            factor_transforms=factor_transforms,
+            gamma=self.settings.gamma,
+            beta_3=self.settings.beta_3,
+            squares_dtype=self.settings.squares_dtype,
+            factor_transforms=self.settings.factor_transforms,
             sparse_statistics=sparse_statistics,
-        )
-        self.statistics_interval = validation.check_count(
-            "statistics_interval", statistics_interval
-        )
-        self._options = dataclasses.replace(
-            self._options,
-            split_half_stride=_split_half_stride(
-                split_half, self.statistics_interval, owner or name
-            ),
+            split_half_stride=self.settings.statistics_interval if self.settings.split_half else 0,
         )
         self._owner = owner or name
         self._standalone = make_variable is None
@@ -179,27 +185,6 @@ class GSNRAggregator(tf.Module):
     def options(self) -> gsnr.GSNROptions:
         """The :class:`vrgd_tf.gsnr.GSNROptions` of the step (checked at construction)."""
         return self._options
-
-    @property
-    def gamma(self) -> float:
-        return self._options.gamma
-
-    @property
-    def beta_3(self) -> float:
-        return self._options.beta_3
-
-    @property
-    def squares_dtype(self) -> str:
-        return self._options.squares_dtype
-
-    @property
-    def factor_transforms(self) -> tuple:
-        return self._options.factor_transforms
-
-    @property
-    def split_half(self) -> bool:
-        """Whether the split-half reliability is measured (see the class's Args)."""
-        return self._options.split_half_stride > 0
 
     @property
     def sparse_statistics(self) -> str:
@@ -459,13 +444,13 @@ class GSNRAggregator(tf.Module):
           (mean factor applied, after smoothing: the step's scale relative to the base
           optimizer), ``norm_ratio`` (``||f * S1|| / ||S1||``, the length of the
           variance-reduced summed gradient over the plain one, in [gamma, 1]; 1 when
-          ``S1 = 0``); and ``has_gsnr`` (bool, :func:`has_gsnr`: whether a recording step
+          ``S1 = 0``); and ``has_gsnr`` (bool, :func:`~vrgd_tf.aggregator.has_gsnr`: whether a recording step
           measured the variable; the rows without are zeros and stay out of the summaries
           over variables, ``docs/spec.md`` section 4). Empty before :meth:`build`. Values of
           the last recording step (see ``statistics_interval``) with finite gradients, zeros
           before that. Variable names
           are the variables' paths without the leading scopes that all of them share
-          (:func:`vrgd_tf.naming.display_names`), so they stay the same when a model is
+          (``vrgd_tf.naming.display_names``), so they stay the same when a model is
           saved and loaded again.
 
         Logs the inert-step warning if the recorded step had no defined GSNR in any
@@ -484,40 +469,61 @@ class GSNRAggregator(tf.Module):
         return out
 
     def get_config(self) -> dict:
-        """``gamma``, ``beta_3``, ``statistics_interval``, ``squares_dtype``,
+        """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`),
         ``sparse_statistics`` and ``name``: the constructor's serializable arguments
         (:meth:`from_config` inverts it)."""
-        return {
-            "gamma": self.gamma,
-            "beta_3": self.beta_3,
-            "statistics_interval": self.statistics_interval,
-            "squares_dtype": self.squares_dtype,
-            "sparse_statistics": self.sparse_statistics,
-            "split_half": self.split_half,
-            "name": self.name,
-        }
+        return dict(
+            self.settings.get_config(), sparse_statistics=self.sparse_statistics, name=self.name
+        )
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
+        """A new, unbuilt aggregator from a :meth:`get_config` dict (``factor_transforms``,
+        ``owner``, ``make_variable`` and ``var_key`` take their defaults unless added)."""
         return cls(**config)
 
 
-def _split_half_stride(split_half, statistics_interval, owner) -> int:
-    """``GSNROptions.split_half_stride`` for ``split_half`` (a bool): the interval, or 0.
+#: The settings :class:`GSNRAggregator` takes by position, in order.
+_POSITIONAL = ("gamma", "beta_3", "statistics_interval")
 
-    Raises:
-      TypeError: ``split_half`` is not a bool.
-      ValueError: ``split_half=True`` with ``statistics_interval=0`` (nothing would be
-        recorded).
-    """
-    if not isinstance(split_half, bool):
-        raise TypeError(f"{owner}: `split_half` must be a bool; got {split_half!r}.")
-    if split_half and statistics_interval == 0:
-        raise ValueError(
-            f"{owner}: `split_half=True` needs recording steps, but `statistics_interval` "
-            "is 0 (never record). Set `statistics_interval` >= 1 or `split_half=False`."
+GSNRAggregator.__doc__ = GSNRAggregator.__doc__.replace("      {settings}\n", args_doc(DEFAULTS))
+GSNRAggregator.__signature__ = inspect.Signature(
+    [
+        p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) if p.name in _POSITIONAL else p
+        for p in signature_parameters(DEFAULTS)
+    ]
+    + [
+        p
+        for p in inspect.signature(GSNRAggregator.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+)
+
+
+def _settings(args, kwargs, settings) -> VRGDSettings:
+    """The aggregator's settings from its positional and keyword arguments (checked)."""
+    if len(args) > len(_POSITIONAL):
+        raise TypeError(
+            f"GSNRAggregator takes at most {len(_POSITIONAL)} settings by position "
+            f"({', '.join(_POSITIONAL)}); got {len(args)}."
         )
-    return statistics_interval if split_half else 0
+    given = dict(zip(_POSITIONAL, args))
+    twice = sorted(set(given) & set(kwargs))
+    if twice:
+        raise TypeError(f"GSNRAggregator got {twice} both by position and by keyword.")
+    given.update(kwargs)
+    if settings is None:
+        return DEFAULTS.replace(**given)
+    if given:
+        raise TypeError(
+            f"GSNRAggregator: pass either `settings` or the settings one by one, not both "
+            f"(got `settings` and {sorted(given)})."
+        )
+    if not isinstance(settings, VRGDSettings):
+        raise TypeError(
+            f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
+        )
+    return settings
 
 
 def _split_half_row(values) -> dict:
@@ -540,8 +546,8 @@ def has_gsnr(row) -> bool:
     section 4).
 
     Args:
-      row: mapping with at least ``"mean_factor"`` (float), one row of :meth:`GSNRAggregator.
-        statistics`.
+      row: mapping with at least ``"mean_factor"`` (float), one row of
+        :meth:`vrgd_tf.GSNRAggregator.statistics`.
 
     Returns:
       ``row["mean_factor"] > 0``.

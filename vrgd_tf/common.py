@@ -7,14 +7,15 @@ class decorator and factory, constructor checks, config, the micro-batch entry p
 (``apply_grouped_gradients``), the exclusion-pattern check and the diagnostics accessor.
 """
 
+import contextlib
 import inspect
 import logging
 import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf import gsnr, naming, validation
+from vrgd_tf import naming, settings, validation
 from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
@@ -44,30 +45,11 @@ def check_base_arguments(base_cls, args, kwargs, positive=()) -> None:
     validation.check_optimizer_arguments(values, positive=positive)
 
 
-VRGD_ARGS_DOC = """
-    VRGD arguments (arXiv 2309.13681; spec ``docs/spec.md``):
-      gamma: float in (0, 1], lower bound of the per-element factor (eq. 9). Default 0.1.
-        ``gamma=1`` with ``beta_3=0`` reproduces the base optimizer exactly.
-      beta_3: float in [0, 1), decay of the factor's momentum with bias correction
-        (Section 4.2; *our reading*). Default {beta_3}.
-      statistics_interval: int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``)
-        are computed and stored on the steps that bring ``iterations`` to a multiple of it
-        (every step for 1, never for 0); other steps skip that work. Set it to the
-        summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``). Default 1.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are
-        all-reduced in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per
-        parameter, and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1):
-        ``docs/cost_model.md``. Default ``"float32"``.
-      factor_transforms: sequence of callables ``fn(factor, context) -> factor`` applied
-        to each variable's factor before it multiplies the summed gradient (research and
-        custom rules; see :class:`vrgd_tf.GSNRAggregator`). Not saved in ``get_config``:
-        pass them again on restore. Default none.
-      split_half: bool, also record per variable the split-half reliability of the GSNR
-        (``vrgd_statistics()`` fields ``reliability``...; ``docs/spec.md`` section 4): near
-        0 when the GSNR is noise, near 1 when it is a stable property of the elements.
-        Costs ``8 N / statistics_interval`` bytes more in each step's first all-reduce
-        (:class:`vrgd_tf.GSNRAggregator`); needs ``statistics_interval >= 1``. Default False.
+_ARGS_HEAD = """
+    VRGD arguments (arXiv 2309.13681; spec ``docs/spec.md``; :mod:`vrgd_tf.settings`):
+"""
 
+_ARGS_TAIL = """
     Gradients are all-reduced together with their squares (two calls); the factor
     ``clip(r / mean(r), gamma, 1)`` of the GSNR ``r`` multiplies the summed gradient before
     the base update. With one GSNR sample per step (one replica, no micro-batch groups) the
@@ -75,19 +57,24 @@ VRGD_ARGS_DOC = """
     every replica sent the same gradient. Diagnostics: ``vrgd_statistics()``.
 
     Raises:
-      ValueError, TypeError: at construction, for ``gamma``, ``beta_3``,
-        ``statistics_interval``, ``squares_dtype``, ``split_half`` or a base argument outside
+      ValueError, TypeError: at construction, for a VRGD argument or a base argument outside
         its range (the message names it).
 """
 
 
-def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
+def class_doc(defaults: settings.VRGDSettings) -> str:
+    """The VRGD part of a VRGD class's docstring: its settings with ``defaults``' values."""
+    return _ARGS_HEAD + settings.args_doc(defaults) + _ARGS_TAIL
+
+
+def vrgd_class(*, default_beta_3=settings.DEFAULTS.beta_3, register=None, module=None):
     """Class decorator that completes a VRGD class written as ``class VRGDX(Mixin, Base)``.
 
-    Sets ``_vrgd_base_class`` (the last base), ``_vrgd_default_beta_3``, a constructor
-    ``__signature__`` (the base's arguments plus ``gamma``, ``beta_3``,
-    ``statistics_interval``), appends :data:`VRGD_ARGS_DOC` to the docstring (a default head
-    if there is none) and registers the class for serialization.
+    Sets ``_vrgd_base_class`` (the last base), :attr:`VRGDCommon.default_settings` (the
+    settings' defaults with ``beta_3=default_beta_3``), a constructor ``__signature__`` (the
+    base's arguments plus the keyword-only settings of :class:`vrgd_tf.settings.VRGDSettings`),
+    appends their documentation to the docstring (a default head if there is none) and
+    registers the class for serialization.
 
     Args:
       default_beta_3: float in [0, 1), the default of ``beta_3``.
@@ -102,7 +89,7 @@ def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
     Raises:
       ValueError, TypeError: ``default_beta_3`` outside [0, 1).
     """
-    default_beta_3 = gsnr.validate_beta_3(default_beta_3)
+    defaults = settings.DEFAULTS.replace(beta_3=default_beta_3)
 
     def decorate(cls):
         base_class = cls.__bases__[-1]
@@ -110,9 +97,9 @@ def vrgd_class(*, default_beta_3=0.0, register=None, module=None):
             f"VRGD version of `{base_class.__module__}.{base_class.__name__}`.\n"
         )
         cls._vrgd_base_class = base_class
-        cls._vrgd_default_beta_3 = default_beta_3
-        cls.__signature__ = vrgd_signature(base_class, default_beta_3, cls.__name__)
-        cls.__doc__ = head + "\n" + VRGD_ARGS_DOC.format(beta_3=default_beta_3)
+        cls.default_settings = defaults
+        cls.__signature__ = vrgd_signature(base_class, defaults, cls.__name__)
+        cls.__doc__ = head + "\n" + class_doc(defaults)
         if module is not None:
             cls.__module__ = module
         return register(cls.__name__)(cls) if register is not None else cls
@@ -128,7 +115,7 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
       base_class: the optimizer class to extend.
       name: class name, or None for ``"VRGD" + base_class.__name__``.
       default_beta_3: float in [0, 1).
-      doc: class docstring head, or None; :data:`VRGD_ARGS_DOC` is appended.
+      doc: class docstring head, or None; the settings' documentation is appended.
       module: ``__module__`` of the new class.
       register: callable ``(name) -> decorator`` registering it as serializable, or None.
 
@@ -143,28 +130,73 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
     return vrgd_class(default_beta_3=default_beta_3, register=register)(cls)
 
 
-def vrgd_signature(base_cls, default_beta_3: float, class_name: str) -> inspect.Signature:
+def vrgd_signature(base_cls, defaults: settings.VRGDSettings, class_name: str) -> inspect.Signature:
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
-    to ``class_name``), plus keyword-only ``gamma=0.1``, ``beta_3=default_beta_3``,
-    ``statistics_interval=1``, ``squares_dtype="float32"``, ``factor_transforms=()`` and
-    ``split_half=False``."""
+    to ``class_name``), plus the keyword-only settings with ``defaults``' values."""
     params = [
         p.replace(default=class_name) if p.name == "name" else p
         for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
     ]
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    extra = [
-        inspect.Parameter("gamma", inspect.Parameter.KEYWORD_ONLY, default=0.1),
-        inspect.Parameter("beta_3", inspect.Parameter.KEYWORD_ONLY, default=default_beta_3),
-        inspect.Parameter("statistics_interval", inspect.Parameter.KEYWORD_ONLY, default=1),
-        inspect.Parameter("squares_dtype", inspect.Parameter.KEYWORD_ONLY, default="float32"),
-        inspect.Parameter("factor_transforms", inspect.Parameter.KEYWORD_ONLY, default=()),
-        inspect.Parameter("split_half", inspect.Parameter.KEYWORD_ONLY, default=False),
-    ]
-    return inspect.Signature(params + extra + var_kw)
+    return inspect.Signature(params + settings.signature_parameters(defaults) + var_kw)
 
 
+class GroupSquares(NamedTuple):
+    """One replica's micro-batch squares, from :meth:`VRGDCommon.apply_grouped_gradients` to
+    the GSNR step of the ``apply_gradients`` call it makes.
+
+    Attributes:
+      sq_sums: ``{variable key: sum over the groups of the squared gradient}`` (dense, the
+        variable's shape; None where the gradient is None), keyed by the family's
+        ``_vrgd_var_key``.
+      num_groups: int >= 1, the micro-batch groups ``m`` per replica.
+    """
+
+    sq_sums: Mapping
+    num_groups: int
+
+
+class SquaresChannel:
+    """The one route by which :class:`GroupSquares` reach the GSNR step.
+
+    Why a channel and not an argument: ``apply_grouped_gradients`` applies through the base
+    optimizer's own ``apply_gradients``, so that everything the base does around the
+    aggregation stays the base's (Keras 3: ``loss_scale_factor``, dropping None and
+    ``overwrite_with_gradient`` variables, clipping, weight decay, EMA, the iteration
+    counter; tf_keras: the loss-scale wrapper, the distribution merge call). Neither call
+    chain takes an extra argument on its way to the aggregation hook: Keras 3's
+    ``apply_gradients -> apply -> _backend_update_step -> _all_reduce_sum_gradients``,
+    tf_keras' ``apply_gradients -> _aggregate_gradients``. So the squares are posted here
+    around the one ``apply_gradients`` call (:meth:`sending`) and the hook takes them
+    (:meth:`receive`): None there means plain ``apply_gradients`` (``m = 1``, the squares
+    computed by the step).
+
+    Per replica thread: under ``MirroredStrategy`` each replica's step function runs in its
+    own Python thread, and the post and the receive of one replica happen in that thread,
+    inside one ``apply_gradients`` call. It works at trace time (symbolic tensors of the
+    same graph), so nothing of it is left in the compiled step (XLA-clean).
+    """
+
+    def __init__(self):
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def sending(self, squares: GroupSquares) -> Iterator[None]:
+        """Holds ``squares`` for this thread's :meth:`receive` calls within the block."""
+        previous = getattr(self._local, "squares", None)
+        self._local.squares = squares
+        try:
+            yield
+        finally:
+            self._local.squares = previous
+
+    def receive(self) -> Optional[GroupSquares]:
+        """The squares posted by this thread's enclosing :meth:`sending`, or None."""
+        return getattr(self._local, "squares", None)
+
+
+@settings.expose(lambda self: self._vrgd.settings)
 class VRGDCommon:
     """Mixin shared by both optimizer families: constructor, config, the reduction call.
 
@@ -173,45 +205,26 @@ class VRGDCommon:
     adds the family's hook, ``_vrgd_make_variable`` and ``_vrgd_var_key``.
 
     Attributes:
-      gamma: float in (0, 1], lower bound of the factor (paper eq. 9; default 0.1).
-      beta_3: float in [0, 1), decay of the factor momentum (paper Section 4.2).
-      statistics_interval: int >= 0, steps between two recordings of the diagnostics.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
-      factor_transforms: tuple of callables applied to the factor (not in the config).
-      split_half: bool, whether the split-half reliability of the GSNR is recorded.
+      default_settings: :class:`vrgd_tf.settings.VRGDSettings`, the class's defaults.
+      gamma, beta_3, statistics_interval, squares_dtype, factor_transforms: this
+        optimizer's settings (read-only; see :class:`vrgd_tf.settings.VRGDSettings`).
       vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
         variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """
 
     _vrgd_base_class = None
-    _vrgd_default_beta_3 = 0.0
+    default_settings = settings.DEFAULTS
     #: True for a base optimizer without a sparse update rule: ``tf.IndexedSlices``
     #: gradients reach it dense, on every replica count.
     _vrgd_densify_sparse = False
     #: Constructor arguments the base needs > 0 (checked with the others, by name).
     _vrgd_positive_args = ()
 
-    def __init__(
-        self,
-        *args,
-        gamma=0.1,
-        beta_3=None,
-        statistics_interval=1,
-        squares_dtype="float32",
-        factor_transforms=(),
-        split_half=False,
-        **kwargs,
-    ):
+    def __init__(self, *args, **kwargs):
         base = self._vrgd_base_class
-        beta_3 = self._vrgd_default_beta_3 if beta_3 is None else beta_3
         # Checks the VRGD arguments before anything else is built.
         aggregator = GSNRAggregator(
-            gamma,
-            beta_3,
-            statistics_interval,
-            squares_dtype=squares_dtype,
-            factor_transforms=factor_transforms,
-            split_half=split_half,
+            settings=self.default_settings.pop_from(kwargs),
             owner=type(self).__name__,
             make_variable=self._vrgd_make_variable,
             var_key=self._vrgd_var_key,
@@ -224,36 +237,7 @@ class VRGDCommon:
         # Not a checkpoint dependency of the optimizer: its variables are the optimizer's
         # own (each family's make_variable tracks them), keyed as before.
         object.__setattr__(self, "_vrgd", aggregator)
-        object.__setattr__(self, "_vrgd_groups", threading.local())
-
-    @property
-    def gamma(self) -> float:
-        return self._vrgd.gamma
-
-    @property
-    def beta_3(self) -> float:
-        return self._vrgd.beta_3
-
-    @property
-    def statistics_interval(self) -> int:
-        return self._vrgd.statistics_interval
-
-    @property
-    def squares_dtype(self) -> str:
-        return self._vrgd.squares_dtype
-
-    @property
-    def factor_transforms(self) -> tuple:
-        return self._vrgd.factor_transforms
-
-    @property
-    def split_half(self) -> bool:
-        return self._vrgd.split_half
-
-    @property
-    def _vrgd_state(self):
-        """The aggregator's :class:`vrgd_tf.gsnr.VRGDState` (None before build)."""
-        return self._vrgd.state
+        object.__setattr__(self, "_vrgd_squares", SquaresChannel())
 
     @property
     def vrgd_aggregator(self) -> GSNRAggregator:
@@ -267,15 +251,7 @@ class VRGDCommon:
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
             if arg in params and arg not in config:
                 config[arg] = getattr(self, arg, None)
-        config.update(
-            {
-                "gamma": self.gamma,
-                "beta_3": self.beta_3,
-                "statistics_interval": self.statistics_interval,
-                "squares_dtype": self.squares_dtype,
-                "split_half": self.split_half,
-            }
-        )
+        config.update(self._vrgd.settings.get_config())
         return config
 
     def _vrgd_add_variables(self, variables) -> None:
@@ -315,15 +291,17 @@ class VRGDCommon:
     def _vrgd_reduce(self, grads_and_vars, replica_context) -> List[Tuple]:
         """``(grad, var)`` pairs -> pairs of variance-reduced gradients; None stays None.
 
-        The micro-batch sums of squares and group count come from :meth:`apply_grouped`,
-        if that is the caller.
+        The micro-batch sums of squares and group count come through the
+        :class:`SquaresChannel` when :meth:`apply_grouped_gradients` is the caller.
         """
         pairs = list(grads_and_vars)
-        groups = getattr(self._vrgd_groups, "value", None)
+        groups = self._vrgd_squares.receive()
         sq_sums, num_groups = None, 1
         if groups is not None:
-            by_key, num_groups = groups
-            sq_sums = [None if g is None else by_key[self._vrgd_var_key(v)] for g, v in pairs]
+            num_groups = groups.num_groups
+            sq_sums = [
+                None if g is None else groups.sq_sums[self._vrgd_var_key(v)] for g, v in pairs
+            ]
         reduced = self._vrgd(
             [g for g, _ in pairs],
             [v for _, v in pairs],
@@ -344,7 +322,7 @@ class VRGDCommon:
         Each replica computed the gradients of ``m = num_groups`` micro-batches at the same
         weights; it passes their sum (as ``apply_gradients`` would get the whole batch's
         gradient) and the sum of their element-wise squares. VRGD then has
-        ``k = replicas * m`` GSNR samples, with one all-reduce as usual. ``m = 1`` with the
+        ``k = replicas * m`` GSNR samples, with the collectives of one step as usual. ``m = 1`` with the
         squares of the gradients is ``apply_gradients`` up to float rounding (XLA or grappler
         may fuse the squares differently). Call where
         ``apply_gradients`` is called (the replica context).
@@ -380,14 +358,11 @@ class VRGDCommon:
             sq_sums = [
                 None if q is None else q / tf.cast(factor * factor, q.dtype) for q in sq_sums
             ]
-        self._vrgd_groups.value = (
-            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)},
-            num_groups,
+        squares = GroupSquares(
+            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)}, num_groups
         )
-        try:
+        with self._vrgd_squares.sending(squares):
             return self.apply_gradients(pairs)
-        finally:
-            self._vrgd_groups.value = None
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
         """The last recorded step's GSNR diagnostics per variable (first replica's copy).

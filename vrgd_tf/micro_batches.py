@@ -5,8 +5,9 @@ gradient samples per step; the paper's samples are the ``k`` data-parallel repli
 gradients. Our extension: each replica splits its per-replica batch into ``m`` micro-batch
 groups, computes their gradients at the same weights and hands the optimizer their sum and
 the sum of their element-wise squares
-(:meth:`vrgd_tf.common.VRGDCommon.apply_grouped_gradients`). Then ``k = replicas * m``
-with still one all-reduce per step, and one device with ``m >= 2`` does real VRGD.
+(:meth:`~vrgd_tf.VRGDLamb.apply_grouped_gradients`, a method of every VRGD optimizer). Then
+``k = replicas * m`` with the collectives of one step as before, and one device with
+``m >= 2`` does real VRGD.
 
 :func:`use_micro_batches` makes ``model.fit`` do this for a Sequential, functional or
 subclassed Keras 3 model, without a hand-written ``train_step``::
@@ -16,23 +17,25 @@ subclassed Keras 3 model, without a hand-written ``train_step``::
     model.fit(dataset.batch(256, drop_remainder=True), epochs=3)
 """
 
+import inspect
 import warnings
-from typing import List, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
-from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-from keras.src.losses import loss as _loss_module
 
-from vrgd_tf import common, versions
+from vrgd_tf import common, keras_internals
 from vrgd_tf.optimizers import vr as _vr
 
 __all__ = [
     "use_micro_batches",
     "micro_batch_groups",
     "split_batch",
+    "run_groups",
+    "GroupGradients",
     "sum_group_gradients",
     "add_square",
+    "overwrites_with_gradient",
 ]
 
 # Instance attribute that holds the group count of a model set up by use_micro_batches.
@@ -40,21 +43,20 @@ _ATTR = "_vrgd_micro_batch_groups"
 # Loss reductions whose value is a mean over the batch: the mean of the m groups' losses is
 # then the whole batch's loss (equal group sizes).
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
-# The Keras 3 internals the train step mirrors (keras/src/backend/tensorflow/trainer.py).
-_KERAS_INTERNALS = ("_compute_loss", "_loss_tracker", "_call_has_training_arg", "compute_metrics")
 
 
 def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     """Makes ``model.fit`` split each replica's batch into ``num_groups`` GSNR samples.
 
-    Sets the model instance's ``train_step`` to one that, on each replica, splits the
+    Sets the model instance's ``train_step`` (and a checking ``train_on_batch``) to one
+    that, on each replica, splits the
     per-replica batch into ``m = num_groups`` equal, contiguous micro-batches (group ``j``
     is rows ``j*b .. (j+1)*b - 1``, ``b = per-replica batch / m``), runs the forward pass
     and a ``tf.GradientTape`` per group at the same weights, and calls
     ``optimizer.apply_grouped_gradients`` with the sum of the groups' gradients and the sum
     of their element-wise squares. VRGD then has ``k = replicas * m`` GSNR samples per step
     (paper arXiv 2309.13681, Algorithm 1 with ``k`` samples; the groups are our extension),
-    with one all-reduce per step as before. With Keras' contiguous sharding of the global
+    with the collectives of one step as before. With Keras' contiguous sharding of the global
     batch over replicas, sample ``d*m + j`` (replica ``d``, group ``j``) is the
     ``(d*m + j)``-th contiguous ``1/k`` of the global batch, whatever ``replicas`` and
     ``m`` are: 1 replica x 4 groups, 2 x 2 and 4 x 1 train the same weights (float
@@ -68,8 +70,9 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     variables and saved format do not change (the setting is not saved: call this again
     after ``keras.models.load_model``).
 
-    The step mirrors Keras' own TensorFlow ``train_step`` (Keras 3.15,
-    ``keras/src/backend/tensorflow/trainer.py``): per group ``model(x_j, training=True)``
+    The step is :func:`run_groups` over Keras' own TensorFlow ``train_step`` (Keras 3.15,
+    ``keras/src/backend/tensorflow/trainer.py``, mirrored in :mod:`vrgd_tf.keras_internals`):
+    per group ``model(x_j, training=True)``
     and ``model._compute_loss(..., training=True)`` (so compiled losses, their 1/replicas
     scaling, loss weights and ``model.losses`` are Keras'), multiplied by ``1/m`` so that
     the sum of the group gradients is the whole per-replica batch's gradient, then
@@ -94,6 +97,11 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
       as with a smaller per-replica batch) and updates its moving statistics ``m`` times
       per step (so they decay ``m`` times faster per step). Stateful random layers
       (``Dropout``) draw a new mask per group.
+    * Keras' float8 layers (``Dense``/``EinsumDense`` after ``quantize("float8")``, or with
+      a ``"float8_from_float32"`` dtype policy) keep scales and amax histories that Keras
+      overwrites with their "gradient": the groups' values are combined by their maximum
+      (:func:`sum_group_gradients`), which is what the whole batch gives, so they end as
+      without groups.
     * The summed gradient equals the whole batch's only for a loss that is a mean over the
       batch (Keras' default reduction ``"sum_over_batch_size"``, or ``"mean"``; for
       ``"mean_with_sample_weight"`` the groups' weight sums must be equal) plus terms that
@@ -107,7 +115,9 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     and checked when the step is traced. ``fit(x, y, batch_size=...)`` with NumPy arrays
     (or a dataset without ``drop_remainder``) has a dynamic batch dimension and a partial
     last batch unless the number of examples is a multiple of the batch size: it is
-    checked by a ``tf.debugging`` assertion when the step runs.
+    checked by a ``tf.debugging`` assertion when the step runs. ``train_on_batch`` checks
+    its batch (every replica gets all of it) before tracing. ``evaluate``, ``predict``,
+    ``test_on_batch`` and ``predict_on_batch`` are Keras' own (no groups).
 
     Args:
       model: a Keras 3 ``keras.Model`` (TensorFlow backend) whose class does not override
@@ -137,7 +147,8 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
       ValueError: ``num_groups`` < 1; the Keras backend is not TensorFlow; the optimizer
         has ``gradient_accumulation_steps``; and, when the step is traced (the first
         ``fit``), a per-replica batch with a static size that is not a multiple of ``m``,
-        or (``m > 1``) a compiled loss with reduction ``"sum"`` or ``None``.
+        or (``m > 1``) a compiled loss with reduction ``"sum"`` or ``None``; from
+        ``train_on_batch``, a batch that is not a multiple of ``m``.
       tf.errors.InvalidArgumentError: when a step runs, a per-replica batch with a dynamic
         size that is not a multiple of ``m``.
     """
@@ -158,7 +169,7 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     if num_groups < 1:
         raise ValueError(f"use_micro_batches: `num_groups` must be an int >= 1; got {num_groups}.")
     step = type(model).train_step
-    if step is not TensorFlowTrainer.train_step:
+    if step is not keras_internals.KERAS_TRAIN_STEP:
         raise TypeError(
             f"use_micro_batches: {type(model).__name__} overrides `train_step` "
             f"(defined in {step.__module__}.{step.__qualname__}); use_micro_batches "
@@ -167,13 +178,7 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
             "`self.optimizer.apply_grouped_gradients(grads_and_vars, sq_sums, "
             "num_groups=m)` with the groups' summed gradients and squares."
         )
-    missing = [a for a in _KERAS_INTERNALS if not hasattr(model, a)]
-    if missing:  # pragma: no cover - Keras upgrade guard
-        raise TypeError(
-            f"use_micro_batches mirrors Keras 3.15's train_step, but this "
-            f"model (Keras {keras.__version__}) has no {', '.join(missing)}. Supported: "
-            f"{versions.SUPPORTED}."
-        )
+    keras_internals.check_model(model, "use_micro_batches")
     if getattr(model, "optimizer", None) is not None:
         _check_optimizer(model.optimizer, num_groups)
 
@@ -186,10 +191,59 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     )
     # Plain attributes: not tracked (no variables, nothing to save).
     object.__setattr__(model, "train_step", train_step)
+    object.__setattr__(model, "train_on_batch", _checked_train_on_batch(model, num_groups))
     object.__setattr__(model, _ATTR, num_groups)
     # fit() reuses a train function made before; make it trace the new step.
     model.train_function = None
     return model
+
+
+def _checked_train_on_batch(model, num_groups) -> Callable:
+    """``model.train_on_batch`` that first checks the batch splits into the groups.
+
+    Keras' ``train_on_batch`` traces its step with a dynamic batch dimension once the batch
+    size has changed between calls, where :func:`split_batch` can only check at run time
+    (a graph ``InvalidArgumentError``); the batch's NumPy or tensor rows are known here,
+    before any tracing. Every replica gets the whole batch in ``train_on_batch``, so the
+    batch itself must split into ``num_groups``.
+    """
+    keras_train_on_batch = type(model).train_on_batch
+    signature = inspect.signature(keras_train_on_batch)
+
+    def train_on_batch(*args, **kwargs):
+        bound = signature.bind(model, *args, **kwargs).arguments
+        data = tuple(bound.get(k) for k in ("x", "y", "sample_weight"))
+        rows = {_static_rows(t) for t in keras.tree.flatten(data) if _has_rows(t)} - {None}
+        for size in sorted(rows):
+            if size % num_groups:
+                raise ValueError(
+                    _indivisible(
+                        "`train_on_batch` batch",
+                        size,
+                        num_groups,
+                        f"Pass a batch whose size is a multiple of num_groups={num_groups} "
+                        "(train_on_batch gives every replica the whole batch), or call "
+                        "`use_micro_batches(model, num_groups=...)` with a divisor of it.",
+                    )
+                )
+        return keras_train_on_batch(model, *args, **kwargs)
+
+    train_on_batch.__doc__ = keras_train_on_batch.__doc__
+    return train_on_batch
+
+
+def _has_rows(t) -> bool:
+    """Whether ``t`` (a leaf of the batch) is an array or tensor with a batch dimension."""
+    return hasattr(t, "shape") and tf.TensorShape(t.shape).rank not in (0, None)
+
+
+def _indivisible(what: str, size: int, num_groups: int, fix: str) -> str:
+    """The message for a batch of ``size`` examples that ``num_groups`` does not divide."""
+    return (
+        f"Micro-batch groups: the {what} of {size} examples does not split into "
+        f"num_groups={num_groups} equal micro-batches ({size} % {num_groups} = "
+        f"{size % num_groups}). {fix}"
+    )
 
 
 def micro_batch_groups(model: keras.Model) -> int:
@@ -244,11 +298,7 @@ def split_batch(data, num_groups: int, *, what: str = "per-replica batch") -> Li
     if static:
         size = static.pop()
         if size % num_groups:
-            raise ValueError(
-                f"Micro-batch groups: the {what} of {size} examples does not split into "
-                f"num_groups={num_groups} equal micro-batches ({size} % {num_groups} = "
-                f"{size % num_groups}). {fix}"
-            )
+            raise ValueError(_indivisible(what, size, num_groups, fix))
     else:
         rows = _dynamic_rows(leaves[0])
         checks.append(
@@ -270,8 +320,8 @@ def split_batch(data, num_groups: int, *, what: str = "per-replica batch") -> Li
 
 
 def _static_rows(t) -> Optional[int]:
-    """Static size of dimension 0 (tensors and ragged tensors), None if unknown."""
-    shape = t.shape
+    """Static size of dimension 0 (tensors, ragged tensors, NumPy arrays), None if unknown."""
+    shape = tf.TensorShape(t.shape)
     return None if shape.rank == 0 or shape[0] is None else int(shape[0])
 
 
@@ -335,12 +385,8 @@ def _check_optimizer(optimizer, num_groups) -> None:
 
 def _check_loss_reductions(model, num_groups) -> None:
     """Refuses compiled losses whose value sums (not averages) over the batch."""
-    compile_loss = getattr(model, "_compile_loss", None)
-    for entry in getattr(compile_loss, "_flat_losses", None) or ():
-        fn = getattr(entry, "loss", None)
-        reduction = getattr(fn, "reduction", "sum_over_batch_size")
+    for name, reduction in keras_internals.compiled_loss_reductions(model):
         if reduction not in _MEAN_REDUCTIONS:
-            name = getattr(fn, "name", type(fn).__name__)
             raise ValueError(
                 f"use_micro_batches(model, num_groups={num_groups}): the compiled loss "
                 f"{name!r} has reduction={reduction!r}, so the whole batch's loss is the "
@@ -350,13 +396,88 @@ def _check_loss_reductions(model, num_groups) -> None:
             )
 
 
+# --- the group loop ---------------------------------------------------------------------------
+
+
+class GroupGradients(NamedTuple):
+    """One replica's step in micro-batch groups, as :func:`run_groups` returns it.
+
+    Attributes:
+      grads_and_vars: list of ``(gradient, variable)``, the variables in the order they
+        first appeared: the groups' gradients combined by :func:`sum_group_gradients` (None
+        if no group had one). What ``apply_grouped_gradients`` takes.
+      sq_sums: list, one per pair: the sum over the groups of the squared dense gradient
+        (the variable's shape), None where the gradient is None, for an
+        ``overwrite_with_gradient`` variable, or with ``squares=False``.
+      outputs: list, one per group: the second item ``group_step`` returned.
+    """
+
+    grads_and_vars: List[Tuple[Any, Any]]
+    sq_sums: List[Any]
+    outputs: List[Any]
+
+
+def run_groups(
+    groups: Sequence, group_step: Callable, *, scale: Optional[float] = None, squares=True
+) -> GroupGradients:
+    """The micro-batch group loop: each group's gradients at the same weights, combined.
+
+    The one loop behind :func:`use_micro_batches` (Keras 3 ``fit``), Model Garden's
+    :class:`vrgd_tf.model_garden.trainer.VRGDTrainer` and ``benchmarks/groups.py``. The
+    groups run one after another: group ``j + 1``'s ``group_step`` waits (control
+    dependencies) for group ``j``'s squares (or, with ``squares=False``, its gradients), so
+    that only one micro-batch's activations are alive at a time, plus two gradient-sized
+    accumulators.
+
+    Args:
+      groups: the ``m`` parts of the per-replica batch (e.g. :func:`split_batch`), m >= 1.
+      group_step: ``fn(group) -> (grads_and_vars, output)``: one group's forward and
+        backward pass; ``grads_and_vars`` a list of ``(gradient or None, variable)``
+        (``tf.Tensor`` or ``tf.IndexedSlices``), ``output`` anything (losses, predictions,
+        logs), collected in :attr:`GroupGradients.outputs`.
+      scale: None, or a float each group's gradient is multiplied by before it is summed
+        and squared (e.g. ``1 / m`` when each group's loss is the mean over the group).
+        Not applied to ``overwrite_with_gradient`` variables.
+      squares: whether to sum the squared gradients (False: a control run without GSNR).
+
+    Returns:
+      A :class:`GroupGradients`.
+    """
+    variables, parts, sq_sums, outputs = {}, {}, {}, []
+    previous = []
+    for group in groups:
+        with tf.control_dependencies(previous):
+            pairs, output = group_step(group)
+        outputs.append(output)
+        previous = []
+        for g, v in pairs:
+            key = id(v)
+            if key not in variables:
+                variables[key], parts[key], sq_sums[key] = v, [], None
+            if g is None:
+                continue
+            overwrite = overwrites_with_gradient(v)
+            if scale is not None and not overwrite:
+                g = _scale(g, scale)
+            parts[key].append(g)
+            if squares and not overwrite:
+                sq_sums[key] = add_square(sq_sums[key], g)
+                previous.append(sq_sums[key])
+            else:
+                previous += tf.nest.flatten(g, expand_composites=True)
+    return GroupGradients(
+        [(sum_group_gradients(parts[k], v), v) for k, v in variables.items()],
+        [sq_sums[k] for k in variables],
+        outputs,
+    )
+
+
 def _grouped_train_step(model, num_groups, data):
     """The train step installed by :func:`use_micro_batches` (runs on each replica)."""
     optimizer = model.optimizer
     _check_optimizer(optimizer, num_groups)
     m = num_groups
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    groups = split_batch((x, y, sample_weight), m)
     trainable = model.trainable_weights
     if trainable and not optimizer.built:
         # Without a tf.distribute strategy Keras builds the optimizer at its first apply,
@@ -364,76 +485,74 @@ def _grouped_train_step(model, num_groups, data):
         # config, which needs eager values).
         with tf.init_scope():
             optimizer.build(trainable)
-    grad_parts = [[] for _ in trainable]
-    sq_sums = [None] * len(trainable)
-    losses, y_preds = [], []
-    previous = []
-    for j, (xj, yj, swj) in enumerate(groups):
-        # Serial groups: this group's forward pass waits for the previous group's
-        # gradients, so that only one micro-batch's activations are alive at a time.
-        with tf.control_dependencies(previous):
-            with tf.GradientTape() as tape:
-                if model._call_has_training_arg:
-                    y_pred = model(xj, training=True)
-                else:
-                    y_pred = model(xj)
-                loss = model._compute_loss(
-                    x=xj, y=yj, y_pred=y_pred, sample_weight=swj, training=True
-                )
-                if j == 0 and m > 1:
-                    _check_loss_reductions(model, m)
-                losses.append(loss)
-                if m > 1:
-                    loss = loss * tf.cast(1.0 / m, loss.dtype)
-                loss = optimizer.scale_loss(loss)
-            y_preds.append(y_pred)
-            if not trainable:
-                continue
-            grads = tape.gradient(loss, trainable)
-        previous = []
-        for i, g in enumerate(grads):
-            if g is None:
-                continue
-            grad_parts[i].append(g)
-            if m > 1:
-                sq_sums[i] = add_square(sq_sums[i], g)
-                previous.append(sq_sums[i])
 
+    def group_step(group):
+        with tf.GradientTape() as tape:
+            loss, y_pred = keras_internals.group_loss(model, *group)
+            scaled = loss * tf.cast(1.0 / m, loss.dtype) if m > 1 else loss
+            scaled = optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, trainable) if trainable else []
+        return list(zip(grads, trainable)), (loss, y_pred)
+
+    result = run_groups(split_batch((x, y, sample_weight), m), group_step, squares=m > 1)
+    if m > 1:
+        _check_loss_reductions(model, m)  # (Keras builds the compiled losses at first use)
+    losses = [loss for loss, _ in result.outputs]
     loss = losses[0] if m == 1 else tf.add_n(losses) / tf.cast(m, losses[0].dtype)
-    model._loss_tracker.update_state(
-        _loss_module.unscale_loss_for_distribution(loss),
-        sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0],
-    )
-    if trainable:
-        summed = [sum_group_gradients(parts) for parts in grad_parts]
-        if m == 1:
-            # apply_grouped_gradients with the squares equals this up to graph rewrites
-            # of the gradient's rounding; Keras' own call keeps m = 1 bit for bit.
-            optimizer.apply_gradients(list(zip(summed, trainable)))
-        else:
-            _apply_grouped(optimizer, list(zip(summed, trainable)), sq_sums, m)
-    else:
+    keras_internals.track_loss(model, loss, x)
+    if not trainable:
         warnings.warn("The model does not have any trainable weights.")
+    elif m == 1:
+        # apply_grouped_gradients with the squares equals this up to graph rewrites
+        # of the gradient's rounding; Keras' own call keeps m = 1 bit for bit.
+        optimizer.apply_gradients(result.grads_and_vars)
+    elif isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        keras_internals.apply_grouped_loss_scaled(
+            optimizer, result.grads_and_vars, result.sq_sums, num_groups=m
+        )
+    else:  # (an optimizer's own loss_scale_factor is divided out by apply_grouped_gradients)
+        optimizer.apply_grouped_gradients(result.grads_and_vars, result.sq_sums, num_groups=m)
+    y_preds = [y_pred for _, y_pred in result.outputs]
     y_pred = y_preds[0] if m == 1 else _concat_structures(y_preds)
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
 
-def sum_group_gradients(parts: Sequence):
-    """Sum of one variable's group gradients.
+def overwrites_with_gradient(variable) -> bool:
+    """Whether Keras overwrites ``variable`` with its "gradient" instead of descending on it
+    (``keras.Variable.overwrite_with_gradient``: the scales and amax histories of Keras'
+    float8 layers, whose gradient is their new value)."""
+    return bool(getattr(variable, "overwrite_with_gradient", False))
+
+
+def sum_group_gradients(parts: Sequence, variable=None):
+    """One variable's group gradients combined: their sum (their maximum for an
+    ``overwrite_with_gradient`` variable).
 
     Args:
       parts: list of the groups' gradients of one variable (``tf.Tensor`` or
         ``tf.IndexedSlices``), possibly empty.
+      variable: the variable, or None. If :func:`overwrites_with_gradient` holds for it
+        (Keras' float8 scales and amax histories), each group's "gradient" is the value the
+        variable is overwritten with: the groups' element-wise maximum, as Keras' own
+        gradient accumulation combines them, which is the whole batch's value (the new
+        scales depend only on the state before the step, the new amax-history entry is the
+        largest ``|x|`` over the batch).
 
     Returns:
-      None for an empty list; the one gradient for a list of one; a ``tf.IndexedSlices``
-      of all the groups' rows (indices and values concatenated, duplicates kept) if every
-      part is sparse; else the dense sum.
+      None for an empty list; the one gradient for a list of one; the element-wise maximum
+      for an overwritten ``variable``; a ``tf.IndexedSlices`` of all the groups' rows
+      (indices and values concatenated, duplicates kept) if every part is sparse; else the
+      dense sum.
     """
     if not parts:
         return None
     if len(parts) == 1:
         return parts[0]
+    if variable is not None and overwrites_with_gradient(variable):
+        out = tf.convert_to_tensor(parts[0])
+        for g in parts[1:]:
+            out = tf.maximum(out, tf.convert_to_tensor(g))
+        return out
     if all(isinstance(g, tf.IndexedSlices) for g in parts):
         return tf.IndexedSlices(
             tf.concat([g.values for g in parts], 0),
@@ -459,6 +578,15 @@ def add_square(total, gradient):
     return square if total is None else total + square
 
 
+def _scale(g, factor):
+    """``g * factor`` for a dense or a sparse gradient."""
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(
+            g.values * tf.cast(factor, g.values.dtype), g.indices, g.dense_shape
+        )
+    return g * tf.cast(factor, g.dtype)
+
+
 def _concat_structures(structures: Sequence):
     """The groups' predictions, concatenated along the batch dimension, in group order."""
     flat = [keras.tree.flatten(s) for s in structures]
@@ -471,78 +599,3 @@ def _concat_structures(structures: Sequence):
         else:
             joined.append(tf.concat([tf.convert_to_tensor(t) for t in leaves], axis=0))
     return keras.tree.pack_sequence_as(structures[0], joined)
-
-
-def _divide(g, scale):
-    if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values / tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
-    return g / tf.cast(scale, g.dtype)
-
-
-def _apply_grouped(optimizer, pairs, sq_sums, num_groups):
-    """``apply_grouped_gradients`` of the VRGD optimizer, through a loss-scale wrapper."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return _apply_grouped_loss_scaled(optimizer, pairs, sq_sums, num_groups)
-    # (an optimizer's own loss_scale_factor is divided out by apply_grouped_gradients)
-    return optimizer.apply_grouped_gradients(pairs, sq_sums, num_groups=num_groups)
-
-
-def _apply_grouped_loss_scaled(lso, pairs, sq_sums, num_groups):
-    """Keras 3.15's ``LossScaleOptimizer.apply`` (TensorFlow) for grouped gradients.
-
-    As ``LossScaleOptimizer._tf_apply``: if every gradient is finite (the check is
-    all-reduced for a VRGD inner optimizer, see :mod:`vrgd_tf.optimizers.vr`), divide the
-    gradients by the dynamic scale and the squares by its square, hand them to the inner
-    optimizer's ``apply_grouped_gradients`` and grow the scale every
-    ``dynamic_growth_steps``; else skip the step and halve the scale.
-    """
-    inner = lso.inner_optimizer
-    grads = [g for g, _ in pairs]
-    variables = [v for _, v in pairs]
-
-    def apply_finite(grads, sq_sums):
-        scale = lso.dynamic_scale
-        unscaled, squares = [], []
-        for g, q, v in zip(grads, sq_sums, variables):
-            if g is None or lso._overwrite_variable_with_gradient(v):
-                unscaled.append(g)
-                squares.append(q)
-            else:
-                unscaled.append(_divide(g, scale))
-                squares.append(q / tf.cast(scale * scale, q.dtype))
-        inner.apply_grouped_gradients(
-            list(zip(unscaled, variables)), squares, num_groups=num_groups
-        )
-
-        def upscale():
-            lso.step_counter.assign(0)
-            lso.dynamic_scale.assign(lso.dynamic_scale * 2.0)
-
-        def increment():
-            lso.step_counter.assign_add(1)
-
-        keras.ops.cond(
-            keras.ops.equal(lso.step_counter, lso.dynamic_growth_steps - 1), upscale, increment
-        )
-
-    if tf.distribute.in_cross_replica_context():  # pragma: no cover - fit is per replica
-        raise ValueError("Grouped gradients must be applied in a replica context.")
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
-        finite = lso.check_finite(grads)
-        keras.ops.cond(
-            finite, lambda: apply_finite(grads, sq_sums), lso._stateful_handle_non_finite_grads
-        )
-        return
-
-    def cross_replica(distribution, grads, sq_sums):
-        finite_per_replica = distribution.extended.call_for_each_replica(
-            lso.check_finite, args=(grads,)
-        )
-        finite = distribution.experimental_local_results(finite_per_replica)[0]
-
-        def apply_fn():
-            distribution.extended.call_for_each_replica(apply_finite, args=(grads, sq_sums))
-
-        keras.ops.cond(finite, apply_fn, lso._stateful_handle_non_finite_grads)
-
-    tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, sq_sums))

@@ -66,9 +66,9 @@ _HEADLINE = (("vrgd/median/" + _FIELDS[0], _FIELDS[0], np.median),) + tuple(
 #: is defined (``split_half=True``; spec section 4).
 RELIABILITY_TAG = "vrgd/median/" + SPLIT_HALF_FIELDS[0]
 _RELIABILITY, _RELIABILITY_DEFINED = SPLIT_HALF_FIELDS[0], SPLIT_HALF_FIELDS[3]
-#: Tags of the headline values, in order: ``vrgd/median/mean_gsnr``, then
+#: The tags of the headline values in order (``vrgd/median/mean_gsnr``, then
 #: ``vrgd/mean/<field>`` for ``frac_at_gamma``, ``frac_at_one``, ``mean_factor``,
-#: ``norm_ratio``, then :data:`RELIABILITY_TAG`.
+#: ``norm_ratio``, then :data:`RELIABILITY_TAG`).
 HEADLINE_TAGS = tuple(tag for tag, _, _ in _HEADLINE) + (RELIABILITY_TAG,)
 #: The headline values :class:`GSNRLogger` puts into ``fit``'s logs by default: the mean
 #: factor applied, the median mean GSNR and the update norm ratio; and
@@ -254,9 +254,9 @@ def all_weights_statistics(optimizer, variables):
         (:func:`vrgd_tf.aggregator.has_gsnr`) are left out.
 
     Returns:
-      ``{"frac_at_gamma": float in [0, 1], "frac_at_one": float in [0, 1],
-      "mean_gsnr_over_variables": float >= 0}``, or None for a non-VRGD optimizer, one not
-      built yet, or no element counted.
+      A dict of floats, ``"frac_at_gamma"`` and ``"frac_at_one"`` in [0, 1] and
+      ``"mean_gsnr_over_variables"`` >= 0, or None for a non-VRGD optimizer, one not built
+      yet, or no element counted.
     """
     optimizer = unwrap_optimizer(optimizer)
     if not hasattr(optimizer, "vrgd_aggregator"):
@@ -297,7 +297,7 @@ def write_gsnr_summaries(optimizer, step, writer=None):
 
     Raises:
       ImportError: the ``tensorboard`` package is not installed (TensorFlow >= 2.21 does
-        not install it), see :func:`require_tensorboard`.
+        not install it), see ``require_tensorboard``.
     """
     require_tensorboard("write_gsnr_summaries")
     stats = _statistics_or_empty(optimizer)

@@ -1,15 +1,16 @@
 """The TensorFlow / Keras releases the Keras 3 family supports, and the import-time check.
 
-The Keras 3 family relies on private Keras internals (see ``setup.cfg`` for the evidence,
-read from each release's installed sources):
+The Keras 3 family relies on private Keras internals, all patched or mirrored in
+:mod:`vrgd_tf.keras_internals` (which runs :func:`check_keras3` when imported); the evidence
+of when each exists, read from each release's installed sources (also in ``setup.cfg``):
 
 * ``TFOptimizer._all_reduce_sum_gradients`` (``keras/src/backend/tensorflow/optimizer.py``),
   the aggregation hook: absent in Keras 3.0-3.1; in 3.2-3.4 it runs inside the merge call
   (cross-replica context), where it does not all-reduce, so VRGD would be bypassed without
   an error; since 3.5 ``_backend_update_step`` calls it in the replica context.
 * ``Optimizer._overwrite_variable_with_gradient`` and ``add_variable(..., layout=)``
-  (``keras/src/optimizers/base_optimizer.py``), used by ``Lamb``/``Lars`` and the micro-batch
-  loss-scale step: added in Keras 3.10.
+  (``keras/src/optimizers/base_optimizer.py``), used by ``Lamb``/``Lars``: added in Keras
+  3.10.
 * ``_clip_gradients``, ``_var_key``, ``_get_variable_index``, ``_track_variable``,
   ``LossScaleOptimizer.check_finite`` / ``_stateful_handle_non_finite_grads`` and the
   trainer's ``_compute_loss`` / ``_loss_tracker`` / ``_call_has_training_arg`` /

@@ -1,14 +1,15 @@
-"""Real-data preparation for vrgd_tf (TFRecords in TF Model Garden formats)."""
+"""Moved out of the installed package: the data readers and builders are examples now.
 
-import hashlib
+``vrgd_tf.data.digits``, ``vrgd_tf.data.shakespeare`` and ``vrgd_tf.data.fashion_mnist`` are
+``examples/data/digits_tfrecords.py``, ``examples/data/shakespeare_pretraining.py`` and
+``examples/data/fashion_mnist.py`` in the repository (not in the wheel); importing this
+package raises an ``ImportError`` that says so.
+"""
 
-__all__ = ["sha256_file"]
-
-
-def sha256_file(path: str) -> str:
-    """Hex SHA-256 digest of the file at ``path`` (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+raise ImportError(
+    "vrgd_tf.data moved out of the library: the readers and builders are in the repository's "
+    "examples/data/ (digits -> digits_tfrecords.py, shakespeare -> shakespeare_pretraining.py, "
+    "fashion_mnist -> fashion_mnist.py). Write the Model Garden data sets with "
+    "`python3 examples/data/prepare_model_garden_data.py --output_dir=/tmp/vrgd_data`, or put "
+    "examples/data on sys.path to import them; see examples/data/README.md."
+)

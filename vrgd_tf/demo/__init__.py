@@ -1,9 +1,13 @@
-"""Runnable demonstrations of the VRGD optimizers on real data.
+"""Moved out of the installed package: the digits demo is an example now.
 
-* :mod:`vrgd_tf.demo.digits_large_batch`: LAMB, VR-LAMB, LARS and VR-LARS at global batch
-  1024 on scikit-learn's 1,797 real 8x8 handwritten digits, data-parallel over logical CPU
-  replicas (``python -m vrgd_tf.demo.digits_large_batch``).
-* :mod:`vrgd_tf.demo.reporting`: what a demo records and writes (a Keras callback for
-  held-out accuracy, step times and GSNR curves; the results table, JSON and plot).
-* :mod:`vrgd_tf.demo.config_flags`: absl flags made from a demo's config dataclass.
+``vrgd_tf.demo.digits_large_batch`` (with ``reporting`` and ``config_flags``) is
+``examples/digits/`` in the repository (not in the wheel); importing this package raises an
+``ImportError`` that says so.
 """
+
+raise ImportError(
+    "vrgd_tf.demo moved out of the library: run the digits main job with "
+    "`python3 examples/digits/digits_large_batch.py` from the repository root (reporting -> "
+    "examples/digits/digits_reporting.py, config_flags -> examples/digits/config_flags.py); "
+    "see examples/digits/README.md."
+)

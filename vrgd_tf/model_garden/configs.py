@@ -1,17 +1,14 @@
 """Model Garden config dataclasses for the VRGD optimizers.
 
 Each VRGD config extends Model Garden's config of its base optimizer
-(``official.modeling.optimization.configs.optimizer_config``) with the VRGD arguments
-(spec ``docs/spec.md`` sections 2 and 3):
-
-* ``gamma``: lower bound of the per-element factor, in (0, 1]; paper default 0.1.
-* ``beta_3``: decay of the factor's momentum, in [0, 1); 0.9 for VR-Adam/VR-LAMB (paper
-  Section 4.2), 0 (the raw per-step factor) for VR-SGD/VR-LARS.
-* ``statistics_interval``: steps between two recordings of the GSNR diagnostics, int >= 0
-  (1 = every step, 0 = never); set it to a divisor of ``trainer.steps_per_loop`` so that
-  :class:`vrgd_tf.model_garden.trainer.VRGDTrainer` summarises fresh values.
-* ``squares_dtype``: ``"float32"`` (default) or ``"bfloat16"``, the dtype the squared
-  gradients are all-reduced in (``docs/cost_model.md``).
+(``official.modeling.optimization.configs.optimizer_config``) with the VRGD settings that are
+config keys (:data:`vrgd_tf.settings.CONFIG_KEYS`: ``gamma``, ``beta_3``,
+``statistics_interval``, ``squares_dtype``; spec ``docs/spec.md`` sections 2 and 3), with the
+defaults of its optimizer class (``beta_3`` 0.9 for VR-Adam/VR-LAMB, 0 for VR-SGD/VR-LARS).
+Fields, defaults, checks and docs all come from :class:`vrgd_tf.settings.VRGDSettings`.
+For fresh diagnostics set ``statistics_interval`` to a divisor of
+``trainer.steps_per_loop``, so that :class:`vrgd_tf.model_garden.trainer.VRGDTrainer`
+summarises fresh values.
 
 ``OptimizerFactory`` passes every field of the selected config to the optimizer's
 constructor as a keyword argument, so the field names are exactly the constructor
@@ -33,7 +30,8 @@ from official.core import config_definitions as cfg
 from official.modeling.optimization.configs import optimization_config as mg_opt_cfg
 from official.modeling.optimization.configs import optimizer_config as mg_cfg
 
-from vrgd_tf import gsnr, validation
+from vrgd_tf import settings
+from vrgd_tf import tf_keras as vrgd_tf_keras
 
 __all__ = [
     "VRGDSGDConfig",
@@ -65,80 +63,48 @@ class _StrictFromDict:
             self.override(default_params, is_strict=True)
 
 
-@dataclasses.dataclass
-class VRGDSGDConfig(_StrictFromDict, mg_cfg.SGDConfig):
-    """VR-SGD / VR-Momentum (``vrgd_tf.tf_keras.VRGDSGD``): ``SGDConfig`` plus VRGD fields.
-
-    Attributes:
-      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
-      beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
-      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
-      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
-        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
-    """
-
-    name: str = "VRGDSGD"
-    gamma: float = 0.1
-    beta_3: float = 0.0
-    statistics_interval: int = 1
-    squares_dtype: str = "float32"
-
-
-@dataclasses.dataclass
-class VRGDAdamConfig(_StrictFromDict, mg_cfg.AdamConfig):
-    """VR-Adam (``vrgd_tf.tf_keras.VRGDAdam``): ``AdamConfig`` plus VRGD fields.
-
-    Attributes:
-      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
-      beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
-      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
-      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
-        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
-    """
-
-    name: str = "VRGDAdam"
-    gamma: float = 0.1
-    beta_3: float = 0.9
-    statistics_interval: int = 1
-    squares_dtype: str = "float32"
+def _vrgd_config(name: str, base: type, optimizer: type, summary: str) -> type:
+    """The config dataclass ``name`` of the VRGD class ``optimizer``: ``base`` (its base
+    optimizer's Model Garden config) plus the config-key settings with ``optimizer``'s
+    defaults, and ``name`` defaulting to the class name."""
+    defaults = optimizer.default_settings
+    doc = (
+        f"{summary}\n\n    Attributes (:class:`vrgd_tf.settings.VRGDSettings`):\n"
+        + settings.args_doc(defaults, names=settings.CONFIG_KEYS)
+    )
+    fields = [("name", str, dataclasses.field(default=optimizer.__name__))]
+    return dataclasses.make_dataclass(
+        name,
+        fields + settings.config_fields(defaults),
+        bases=(_StrictFromDict, base),
+        namespace={"__doc__": doc, "__module__": __name__},
+    )
 
 
-@dataclasses.dataclass
-class VRGDLarsConfig(_StrictFromDict, mg_cfg.LARSConfig):
-    """VR-LARS (``vrgd_tf.tf_keras.VRGDLars``): ``LARSConfig`` plus VRGD fields.
-
-    Attributes:
-      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
-      beta_3: decay of the factor momentum, [0, 1). 0 = raw per-step factor (paper).
-      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
-      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
-        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
-    """
-
-    name: str = "VRGDLars"
-    gamma: float = 0.1
-    beta_3: float = 0.0
-    statistics_interval: int = 1
-    squares_dtype: str = "float32"
-
-
-@dataclasses.dataclass
-class VRGDLambConfig(_StrictFromDict, mg_cfg.LAMBConfig):
-    """VR-LAMB (``vrgd_tf.tf_keras.VRGDLamb``): ``LAMBConfig`` plus VRGD fields.
-
-    Attributes:
-      gamma: lower bound of the VRGD factor, (0, 1]. Paper default 0.1.
-      beta_3: decay of the factor momentum, [0, 1). Paper default 0.9.
-      statistics_interval: steps between GSNR diagnostics, int >= 0 (0 = never).
-      squares_dtype: dtype the squared gradients are all-reduced in, "float32" or
-        "bfloat16" (6 instead of 8 bytes per parameter; ``docs/cost_model.md``).
-    """
-
-    name: str = "VRGDLamb"
-    gamma: float = 0.1
-    beta_3: float = 0.9
-    statistics_interval: int = 1
-    squares_dtype: str = "float32"
+VRGDSGDConfig = _vrgd_config(
+    "VRGDSGDConfig",
+    mg_cfg.SGDConfig,
+    vrgd_tf_keras.VRGDSGD,
+    "VR-SGD / VR-Momentum (``vrgd_tf.tf_keras.VRGDSGD``): ``SGDConfig`` plus VRGD fields.",
+)
+VRGDAdamConfig = _vrgd_config(
+    "VRGDAdamConfig",
+    mg_cfg.AdamConfig,
+    vrgd_tf_keras.VRGDAdam,
+    "VR-Adam (``vrgd_tf.tf_keras.VRGDAdam``): ``AdamConfig`` plus VRGD fields.",
+)
+VRGDLarsConfig = _vrgd_config(
+    "VRGDLarsConfig",
+    mg_cfg.LARSConfig,
+    vrgd_tf_keras.VRGDLars,
+    "VR-LARS (``vrgd_tf.tf_keras.VRGDLars``): ``LARSConfig`` plus VRGD fields.",
+)
+VRGDLambConfig = _vrgd_config(
+    "VRGDLambConfig",
+    mg_cfg.LAMBConfig,
+    vrgd_tf_keras.VRGDLamb,
+    "VR-LAMB (``vrgd_tf.tf_keras.VRGDLamb``): ``LAMBConfig`` plus VRGD fields.",
+)
 
 
 #: One-of field name -> config class, for the four VRGD optimizers.
@@ -185,11 +151,11 @@ class VRGDTrainerConfig(_StrictFromDict, cfg.TrainerConfig):
       vrgd_micro_batches: int >= 1, the number ``m`` of micro-batch groups each replica
         splits its per-replica batch into (our extension of arXiv 2309.13681, Algorithm 1:
         the ``k`` GSNR samples of a step are ``replicas * m`` micro-batch gradients, taken at
-        the same weights, with one all-reduce per step). 1 (default): one sample per
+        the same weights, with no extra collective). 1 (default): one sample per
         replica, Model Garden's own train step. ``m > 1`` needs a VRGD optimizer type
         (``vrgd_*``) and a per-replica batch (``task.train_data.global_batch_size /
-        replicas``) that is a multiple of ``m``; :class:`vrgd_tf.model_garden.trainer.
-        VRGDTrainer` runs the task's train step once per group. With ``m >= 2`` one
+        replicas``) that is a multiple of ``m``; :class:`~vrgd_tf.model_garden.trainer.VRGDTrainer`
+        runs the task's train step once per group. With ``m >= 2`` one
         device (``--cpu_replicas=1``) runs real VRGD.
     """
 
@@ -235,9 +201,8 @@ def check_optimization_config(
     Raises:
       KeyError: ``optimizer.type`` is not one of the one-of's fields (names the
         known ones).
-      ValueError, TypeError: ``gamma``, ``beta_3``, ``statistics_interval`` or
-        ``squares_dtype`` of the
-        selected VRGD optimizer is out of range (names the key).
+      ValueError, TypeError: a VRGD setting (``gamma``, ``beta_3``, ...) of the selected
+        VRGD optimizer is out of range (names the key).
     """
     one_of = config.optimizer
     opt_type = one_of.type
@@ -250,24 +215,7 @@ def check_optimization_config(
             f"known types: {', '.join(fields)}."
         )
     if opt_type in VRGD_CONFIG_FIELDS:
-        selected = one_of.get()
-        prefix = f"{path}.optimizer.{opt_type}"
-        try:
-            gsnr.validate_gamma(selected.gamma)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{prefix}.gamma: {e}") from e
-        try:
-            gsnr.validate_beta_3(selected.beta_3)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{prefix}.beta_3: {e}") from e
-        try:
-            validation.check_count("statistics_interval", selected.statistics_interval)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{prefix}.statistics_interval: {e}") from e
-        try:
-            gsnr.validate_squares_dtype(selected.squares_dtype)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{prefix}.squares_dtype: {e}") from e
+        settings.check_values(one_of.get(), prefix=f"{path}.optimizer.{opt_type}")
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """VRGD experiments registered with Model Garden's ``exp_factory``.
 
 Each experiment is Model Garden's own experiment config (same task, data loader, model and
-runtime defaults, taken from its registered factory) with a :class:`VRGDTrainerConfig`
+runtime defaults, taken from its registered factory) with a :class:`~vrgd_tf.model_garden.configs.VRGDTrainerConfig`
 whose optimization config has the VRGD fields, and a large-batch optimizer and schedule
 instead of Model Garden's defaults (AdamW for ``bert/pretraining``, SGD at batch 4096 for
 ``resnet_imagenet``):
@@ -67,8 +67,8 @@ __all__ = [
 IMAGENET_TRAIN_EXAMPLES = ic_cfg.IMAGENET_TRAIN_EXAMPLES  # 1,281,167
 IMAGENET_VAL_EXAMPLES = ic_cfg.IMAGENET_VAL_EXAMPLES  # 50,000
 
-#: BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, intermediate 4096,
-#: uncased WordPiece vocabulary of 30522 tokens, 512 positions.
+#: The BERT-large encoder of Devlin et al. 2019 (24 layers, hidden 1024, 16 heads, intermediate 4096,
+#: uncased WordPiece vocabulary of 30522 tokens, 512 positions).
 BERT_LARGE = dict(
     vocab_size=30522,
     hidden_size=1024,
@@ -94,14 +94,14 @@ _RESNET_EXCLUDE = ["batch_normalization", "bias"]
 
 @dataclasses.dataclass
 class VRGDBertPretrainingConfig(configs.VRGDExperimentConfig):
-    """A :class:`VRGDExperimentConfig` whose task is Model Garden's ``MaskedLMConfig``."""
+    """A :class:`~vrgd_tf.model_garden.configs.VRGDExperimentConfig` whose task is Model Garden's ``MaskedLMConfig``."""
 
     task: masked_lm.MaskedLMConfig = dataclasses.field(default_factory=masked_lm.MaskedLMConfig)
 
 
 @dataclasses.dataclass
 class VRGDImageClassificationConfig(configs.VRGDExperimentConfig):
-    """A :class:`VRGDExperimentConfig` whose task is ``ImageClassificationTask``."""
+    """A :class:`~vrgd_tf.model_garden.configs.VRGDExperimentConfig` whose task is ``ImageClassificationTask``."""
 
     task: ic_cfg.ImageClassificationTask = dataclasses.field(
         default_factory=ic_cfg.ImageClassificationTask
@@ -127,8 +127,8 @@ def bert_lamb_optimization(
     *,
     power: float = 0.5,
     weight_decay_rate: float = 0.01,
-    gamma: float = 0.1,
-    beta_3: float = 0.9,
+    gamma: float = configs.VRGDLambConfig.gamma,
+    beta_3: float = configs.VRGDLambConfig.beta_3,
     use_vrgd: bool = True,
     global_clipnorm=1.0,
 ) -> configs.VRGDOptimizationConfig:
@@ -147,12 +147,12 @@ def bert_lamb_optimization(
         while ``t / T < proportion``).
       power: decay power (NVIDIA: 0.5).
       weight_decay_rate: LAMB decoupled weight decay (NVIDIA: 0.01).
-      gamma, beta_3: VRGD arguments (paper: 0.1, 0.9).
+      gamma, beta_3: VRGD settings; default :class:`configs.VRGDLambConfig`'s (0.1, 0.9).
       use_vrgd: select ``vrgd_lamb`` (True) or ``lamb``.
       global_clipnorm: clip the global gradient norm (NVIDIA's FusedLAMB: 1.0) or None.
 
     Returns:
-      A :class:`VRGDOptimizationConfig`.
+      A :class:`~vrgd_tf.model_garden.configs.VRGDOptimizationConfig`.
     """
     warmup_steps = int(math.ceil(warmup_proportion * train_steps - 1e-9))
     lamb = dict(
@@ -194,8 +194,8 @@ def resnet_lars_optimization(
     peak_learning_rate: float = None,
     warmup_epochs: float = None,
     weight_decay_rate: float = 2e-4,
-    gamma: float = 0.1,
-    beta_3: float = 0.0,
+    gamma: float = configs.VRGDLarsConfig.gamma,
+    beta_3: float = configs.VRGDLarsConfig.beta_3,
     use_vrgd: bool = True,
     num_examples: int = IMAGENET_TRAIN_EXAMPLES,
 ) -> configs.VRGDOptimizationConfig:
@@ -208,7 +208,7 @@ def resnet_lars_optimization(
     momentum 0.9, eeta 0.001, epsilon 0 (Model Garden's LARS has no epsilon term).
 
     Returns:
-      A :class:`VRGDOptimizationConfig`.
+      A :class:`~vrgd_tf.model_garden.configs.VRGDOptimizationConfig`.
     """
     if peak_learning_rate is None or warmup_epochs is None:
         if global_batch_size < 16384:

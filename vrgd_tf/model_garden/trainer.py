@@ -28,8 +28,7 @@ import tf_keras
 from official.core import base_trainer, train_lib, train_utils
 from official.modeling import optimization
 
-from vrgd_tf import common, summaries
-from vrgd_tf.micro_batches import add_square, split_batch, sum_group_gradients
+from vrgd_tf import common, micro_batches, summaries
 from vrgd_tf.model_garden import configs
 
 __all__ = ["VRGDTrainer", "run_experiment"]
@@ -128,7 +127,7 @@ class VRGDTrainer(base_trainer.Trainer):
         gradients ``g_j``, divided by ``m`` (so that their sum is the per-replica batch's
         gradient, as for ``m`` times more replicas), are summed, their squares
         ``sum_j (g_j / m)**2`` too (sparse gradients: the squares of their dense form), and
-        the VRGD optimizer's ``apply_grouped_gradients`` applies them with one all-reduce:
+        the VRGD optimizer's ``apply_grouped_gradients`` applies them with one step's collectives:
         ``k = replicas * m`` GSNR samples (arXiv 2309.13681, Algorithm 1; the groups are our
         extension). The step's ``training_loss`` is the mean of the groups' losses.
 
@@ -162,38 +161,20 @@ class VRGDTrainer(base_trainer.Trainer):
         """One replica's step in ``m`` groups (see :meth:`train_step`); returns the logs."""
         m = self._vrgd_micro_batches
         task_name = type(self.task).__name__
-        groups = split_batch(inputs, m, what="per-replica batch")
         recorder = _GradientRecorder(self.optimizer)
-        variables, parts, sq_sums = [], {}, {}
-        losses, logs = [], {}
-        previous = []
-        inv_m = 1.0 / m
-        for group in groups:
-            # One group after the other: a group's forward pass waits for the previous
-            # group's gradients, so that one micro-batch's activations are alive at a time.
-            with tf.control_dependencies(previous):
-                logs = self.task.train_step(
-                    group, model=self.model, optimizer=recorder, metrics=self.train_metrics
-                )
-            pairs = recorder.take(task_name)
-            previous = []
-            for g, v in pairs:
-                key = v.ref()
-                if key not in parts:
-                    variables.append(v)
-                    parts[key], sq_sums[key] = [], None
-                if g is None:
-                    continue
-                g = _scale(g, inv_m)
-                parts[key].append(g)
-                sq_sums[key] = add_square(sq_sums[key], g)
-                previous.append(sq_sums[key])
-            losses.append(tf.cast(logs[self.task.loss], tf.float32))
-        summed = [sum_group_gradients(parts[v.ref()]) for v in variables]
-        self.optimizer.apply_grouped_gradients(
-            list(zip(summed, variables)), [sq_sums[v.ref()] for v in variables], num_groups=m
+
+        def group_step(group):
+            logs = self.task.train_step(
+                group, model=self.model, optimizer=recorder, metrics=self.train_metrics
+            )
+            return recorder.take(task_name), logs
+
+        result = micro_batches.run_groups(
+            micro_batches.split_batch(inputs, m), group_step, scale=1.0 / m
         )
-        logs = dict(logs)
+        self.optimizer.apply_grouped_gradients(result.grads_and_vars, result.sq_sums, num_groups=m)
+        logs = dict(result.outputs[-1])
+        losses = [tf.cast(group_logs[self.task.loss], tf.float32) for group_logs in result.outputs]
         logs[self.task.loss] = tf.add_n(losses) / float(m)
         return logs
 
@@ -242,14 +223,6 @@ class _GradientRecorder:
 
     def __getattr__(self, name):
         return getattr(self._vrgd_optimizer, name)
-
-
-def _scale(g, factor):
-    if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(
-            g.values * tf.cast(factor, g.values.dtype), g.indices, g.dense_shape
-        )
-    return g * tf.cast(factor, g.dtype)
 
 
 def run_experiment(*, distribution_strategy, task, mode, params, model_dir, **kwargs):

@@ -1,17 +1,17 @@
 """VRGD optimizers for Keras 3 (``keras`` / ``tf.keras`` with the TensorFlow backend).
 
 ``VRGDSGD``, ``VRGDAdam``, ``VRGDLars`` and ``VRGDLamb`` (in :mod:`vrgd_tf.optimizers.vr`)
-extend ``keras.optimizers.SGD``, ``keras.optimizers.Adam`` and this package's :class:`Lars`
-and :class:`Lamb` (Model Garden's formulations) with one mixin, as
-:func:`make_vrgd_optimizer` does for any other class: the GSNR step of :mod:`vrgd_tf.gsnr`
-replaces the cross-replica SUM.
+extend ``keras.optimizers.SGD``, ``keras.optimizers.Adam`` and this package's
+:class:`~vrgd_tf.Lars` and :class:`~vrgd_tf.Lamb` (Model Garden's formulations) with one
+mixin, as :func:`~vrgd_tf.make_vrgd_optimizer` does for any other class: the GSNR step of
+:mod:`vrgd_tf.gsnr` replaces the cross-replica SUM.
 
 Low-precision (bfloat16, float16) variables: ``Lamb``, ``Lars`` and their VRGD classes
 compute the update in float32 (float32 slots) and cast it back; ``VRGDSGD`` computes in the
 variable's dtype, which works for its rule; ``VRGDAdam`` raises ``ValueError`` at ``build``
 for such a variable (Keras' Adam computes in the variable's dtype, where ``beta_2 = 0.999``
 is 1.0 in bfloat16 and ``(1 - beta_2) * g**2`` underflows in float16). The check is
-:func:`vrgd_tf.validation.check_variable_dtypes`; mixed-precision policies keep float32
+``vrgd_tf.validation.check_variable_dtypes``; mixed-precision policies keep float32
 variables and are unaffected.
 
 Weight decay: ``VRGDSGD``/``VRGDAdam`` take Keras' ``weight_decay`` (and its

@@ -85,7 +85,7 @@ class Lamb(LayerwiseOptimizer):
         trust ratio. Default 0.
       exclude_from_weight_decay: None or list of regex strings; variables whose name
         (Keras 3 ``variable.path``) matches one get no weight decay. The method of the same
-        name (Keras') adds to it, see :meth:`LayerwiseOptimizer.exclude_from_weight_decay`.
+        name (Keras') adds to it, see :meth:`exclude_from_weight_decay`.
       exclude_from_layer_adaptation: None or list of regex strings; matching variables get
         trust ratio 1. None (or empty) means: the weight-decay exclusions.
       name: string. Default ``"LAMB"``.

@@ -33,7 +33,7 @@ class Lars(LayerwiseOptimizer):
         momentum update (MLPerf reference), False after it. Default True.
       exclude_from_weight_decay: None or list of regex strings matched against
         ``variable.path``; matching variables get no weight decay. The method of the same
-        name (Keras') adds to it, see :meth:`LayerwiseOptimizer.exclude_from_weight_decay`.
+        name (Keras') adds to it, see :meth:`exclude_from_weight_decay`.
       exclude_from_layer_adaptation: None or list of regex strings; matching variables get
         trust ratio 1. None (or empty) means the weight-decay exclusions.
       name: string. Default ``"LARS"``.

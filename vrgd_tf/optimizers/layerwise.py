@@ -68,7 +68,7 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
       computes_in_float32: True (class attribute): the update of a bfloat16 or float16
         variable is computed in float32 and cast back, and its slots are float32 (see
         :func:`compute_dtype`, :meth:`_add_slots`). Read by
-        :func:`vrgd_tf.validation.check_variable_dtypes`.
+        ``vrgd_tf.validation.check_variable_dtypes``.
       exclude_from_weight_decay_patterns: None or list of regex strings (read-only): the
         ``exclude_from_weight_decay`` argument plus the ``var_names`` added by
         :meth:`exclude_from_weight_decay`; saved by ``get_config``.

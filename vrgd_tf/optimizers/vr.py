@@ -1,36 +1,27 @@
 """Makes the VRGD version of any Keras 3 optimizer class (TensorFlow backend).
 
-The hook: Keras 3's TensorFlow optimizer (``keras.src.backend.tensorflow.optimizer.
-TFOptimizer``) sums the per-replica gradients in ``_all_reduce_sum_gradients``, called in the
-replica context from ``_backend_update_step``. Keras 3 has no public hook for cross-replica
-aggregation; this private method is the narrowest one (tested with Keras 3.15, pinned in
-``setup.cfg``). The VRGD class overrides it with :func:`vrgd_tf.gsnr.variance_reduce` and
-leaves the base update rule untouched. Since Keras 3.5 it is called in the replica
-context; the supported releases (Keras 3.10-3.15 tested, TensorFlow 2.16-2.21) are in
-:mod:`vrgd_tf.versions`, and importing with an older one raises ``ImportError`` naming
-them. If a Keras upgrade stops calling it, the first ``apply`` with more than one replica
-raises ``RuntimeError`` instead of silently training without variance reduction.
+The hook: Keras 3's TensorFlow optimizer sums the per-replica gradients in the private
+``TFOptimizer._all_reduce_sum_gradients``, called in the replica context from
+``_backend_update_step``; Keras 3 has no public hook for cross-replica aggregation, and this
+is the narrowest one. The VRGD class overrides it with the GSNR step
+(:class:`vrgd_tf.GSNRAggregator`) and leaves the base update rule untouched. What the family
+takes from Keras internals, and the import-time guard that refuses an unsupported Keras, is
+in ``vrgd_tf.keras_internals``; if a Keras upgrade stops calling the hook, the first
+``apply`` with more than one replica raises ``RuntimeError`` instead of silently training
+without variance reduction.
 """
 
 import keras
 import tensorflow as tf
 from keras.src import backend
-from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 
-from vrgd_tf import common, validation, versions
-from vrgd_tf.gsnr import collectives
+from vrgd_tf import common, keras_internals, settings, validation, versions
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
-versions.check_keras3(tf.__version__, keras.__version__)
-_HOOK = "_all_reduce_sum_gradients"
-if not hasattr(_tf_optimizer.TFOptimizer, _HOOK):  # pragma: no cover - Keras upgrade guard
-    raise ImportError(
-        f"vrgd_tf needs Keras 3's TFOptimizer.{_HOOK}, which this Keras "
-        f"({keras.__version__}) does not have. Supported: {versions.SUPPORTED}."
-    )
+_HOOK = keras_internals.AGGREGATION_HOOK
 
 
 class _KerasVRGDMixin(common.VRGDCommon):
@@ -149,66 +140,32 @@ class _KerasVRGDMixin(common.VRGDCommon):
         return reduced
 
 
-def _check_finite_on_every_replica(check_finite):
-    """Wraps ``keras.optimizers.LossScaleOptimizer.check_finite`` for VRGD inner optimizers.
-
-    Keras 3.15's loss-scale optimizer tests the finiteness of one replica's *local*
-    gradients and takes that replica's answer for all (its comment assumes the gradients are
-    already all-reduced, which Keras 3 does later, inside the inner optimizer). When only
-    another replica overflows, the inner optimizer then applies a NaN step and the scale is
-    not lowered. For a VRGD inner optimizer under more than one replica the local answer is
-    all-reduced first, so every replica skips the step and the scale halves, as in tf_keras.
-    The local test is ours, on the values of sparse gradients (Keras' misses a NaN in a row
-    whose index repeats). One extra scalar all-reduce per step; other inner optimizers are
-    left as Keras has them.
-    """
-
-    def wrapped(self, grads):
-        if not isinstance(self.inner_optimizer, _KerasVRGDMixin):
-            return check_finite(self, grads)
-        # Our own local test: Keras' ``ops.isfinite`` of a ``tf.IndexedSlices`` densifies the
-        # boolean rows by summing them, so a NaN row whose index repeats reads as finite.
-        local = [
-            tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-            for g in grads
-            if g is not None
-        ]
-        finite = tf.reduce_all(tf.stack(local)) if local else tf.constant(True)
-        return collectives.all_replicas_finite(finite, tf.distribute.get_replica_context())
-
-    wrapped._vrgd_wrapped = True
-    wrapped.__doc__ = check_finite.__doc__
-    return wrapped
-
-
-if not getattr(keras.optimizers.LossScaleOptimizer.check_finite, "_vrgd_wrapped", False):
-    keras.optimizers.LossScaleOptimizer.check_finite = _check_finite_on_every_replica(
-        keras.optimizers.LossScaleOptimizer.check_finite
-    )
-
-
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
+def make_vrgd_optimizer(
+    base_class, *, name=None, default_beta_3=settings.DEFAULTS.beta_3, register=True, doc=None
+):
     """Returns the VRGD version of a Keras 3 optimizer class.
 
-    The new class takes the base class's arguments plus ``gamma`` and ``beta_3``, and
-    differs from it only in how gradients are aggregated across replicas (see
-    :mod:`vrgd_tf.gsnr`). Its update rule, slots and schedules are the base class's.
+    The new class takes the base class's arguments plus the VRGD settings
+    (:class:`vrgd_tf.settings.VRGDSettings`), and differs from it only in how gradients are
+    aggregated across replicas (see :mod:`vrgd_tf.gsnr`). Its update rule, slots and
+    schedules are the base class's.
 
     Args:
       base_class: a subclass of ``keras.optimizers.Optimizer`` (TensorFlow backend), e.g.
         ``keras.optimizers.AdamW`` or ``keras.optimizers.Lion``.
       name: the new class's name; default ``"VRGD" + base_class.__name__``.
-      default_beta_3: float in [0, 1), the default of ``beta_3`` (the paper: 0.9 for
-        Adam-type optimizers, 0 for SGD-type ones).
+      default_beta_3: float in [0, 1), the default of ``beta_3`` (the paper:
+        :data:`vrgd_tf.settings.ADAPTIVE_BETA_3` for Adam-type optimizers, 0 for SGD-type
+        ones).
       register: register the class as Keras serializable under package ``"vrgd_tf"``, so
         ``keras.models.load_model`` finds it without ``custom_objects``.
       doc: the class docstring.
 
     Returns:
-      The new class. Its constructor raises ``ValueError``/``TypeError`` for
-      ``gamma`` outside (0, 1], ``beta_3`` outside [0, 1), and out-of-range base arguments;
+      The new class. Its constructor raises ``ValueError``/``TypeError`` for a VRGD setting
+      or a base argument out of its range;
       its ``build`` raises ``ValueError`` for a bfloat16/float16 variable that the base
-      rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not a Keras 3 optimizer class.
@@ -241,7 +198,9 @@ class VRGDSGD(_KerasVRGDMixin, keras.optimizers.SGD):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.optimizers"
+)
 class VRGDAdam(_KerasVRGDMixin, keras.optimizers.Adam):
     """VR-Adam (Section 4.2): `keras.optimizers.Adam` (`learning_rate`, `beta_1`, `beta_2`,
     `epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.
@@ -261,7 +220,9 @@ class VRGDLars(_KerasVRGDMixin, Lars):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.optimizers")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.optimizers"
+)
 class VRGDLamb(_KerasVRGDMixin, Lamb):
     """VR-LAMB: `vrgd_tf.optimizers.Lamb` (You et al. 2020 Algorithm 2 as in Model Garden:
     `learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,

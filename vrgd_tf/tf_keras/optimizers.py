@@ -17,10 +17,10 @@ has no coefficient that breaks in them). ``VRGDAdam`` and ``VRGDLamb`` (default 
 Adam and LAMB compute in the variable's dtype) and ``VRGDLars`` (Model Garden's LARS fails
 to trace for them) raise ``ValueError`` when their slots are created for such a variable,
 naming it; keep float32 variables (``mixed_bfloat16``/``mixed_float16`` policies do). See
-:func:`vrgd_tf.validation.check_variable_dtypes`.
+``vrgd_tf.validation.check_variable_dtypes``.
 
 The VRGD state is registered as slots ``vrgd_<kind>`` of the model variables, so that
-checkpoints key it like the base optimizer's slots; :class:`_VRGDSlotsMixin` makes every
+checkpoints key it like the base optimizer's slots; ``_VRGDSlotsMixin`` makes every
 slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
 designed shape and kind.
 
@@ -34,7 +34,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import common, gsnr, validation
+from vrgd_tf import common, gsnr, settings, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -206,7 +206,9 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
         self._set_hyper(name, value)
 
 
-def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=True, doc=None):
+def make_vrgd_optimizer(
+    base_class, *, name=None, default_beta_3=settings.DEFAULTS.beta_3, register=True, doc=None
+):
     """Returns the VRGD version of a tf_keras legacy optimizer (``OptimizerV2``) class.
 
     Args:
@@ -219,10 +221,11 @@ def make_vrgd_optimizer(base_class, *, name=None, default_beta_3=0.0, register=T
       doc: the class docstring.
 
     Returns:
-      The new class: the base class's arguments plus ``gamma`` (0, 1] and ``beta_3``
-      [0, 1); its constructor raises ``ValueError``/``TypeError`` for values outside them.
+      The new class, taking the base class's arguments plus the VRGD settings
+      (``vrgd_tf.settings.VRGDSettings``); its constructor raises
+      ``ValueError``/``TypeError`` for values outside their ranges.
       Creating its slots raises ``ValueError`` for a bfloat16/float16 variable that the
-      base rule cannot train (see :func:`vrgd_tf.validation.check_variable_dtypes`).
+      base rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
       TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
@@ -264,7 +267,9 @@ class VRGDSGD(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.SGD):
     """
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.tf_keras"
+)
 class VRGDAdam(_TfKerasVRGDMixin, tf_keras.optimizers.legacy.Adam):
     """VR-Adam for tf_keras: `tf_keras.optimizers.legacy.Adam` with the factor applied
     before the moment estimates (paper Section 4.2).
@@ -283,7 +288,9 @@ class VRGDLars(_TfKerasVRGDMixin, _mg_lars.LARS):
     _vrgd_densify_sparse = True
 
 
-@common.vrgd_class(default_beta_3=0.9, register=_register, module="vrgd_tf.tf_keras")
+@common.vrgd_class(
+    default_beta_3=settings.ADAPTIVE_BETA_3, register=_register, module="vrgd_tf.tf_keras"
+)
 class VRGDLamb(_TfKerasVRGDMixin, _mg_lamb.LAMB):
     """VR-LAMB for tf_keras: Model Garden's `official.modeling.optimization.lamb.LAMB`
     (`learning_rate`, `beta_1`, `beta_2`, `epsilon`, `weight_decay_rate`,

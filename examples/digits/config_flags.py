@@ -74,7 +74,7 @@ def define_flags(config_cls: Type) -> None:
     """
     fields = {f.name: f.default for f in dataclasses.fields(config_cls)}
     module = config_cls.__module__  # The flags belong to it (e.g. in --helpshort).
-    if module == "__main__":  # `python -m ...`: absl's help lists the main module by its path
+    if module == "__main__":  # Run as a script: absl's help lists the main module by its path
         module = sys.argv[0]
     for f in dataclasses.fields(config_cls):
         if isinstance(f.default, tuple):

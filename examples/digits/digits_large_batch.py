@@ -17,8 +17,8 @@ statistics) and ``test_accuracy.png`` to ``--output_dir``. Differences of a few 
 
 Usage::
 
-  python -m vrgd_tf.demo.digits_large_batch
-  python -m vrgd_tf.demo.digits_large_batch --global_batch=2048 --optimizers=lamb,vrgd_lamb
+  python3 examples/digits/digits_large_batch.py
+  python3 examples/digits/digits_large_batch.py --global_batch=2048 --optimizers=lamb,vrgd_lamb
 
 From Python (as the test does): ``demo.run(demo.DemoConfig(replicas=2, global_batch=64))``.
 """
@@ -38,11 +38,9 @@ from absl import app, logging
 
 import vrgd_tf
 from vrgd_tf import devices
-from vrgd_tf.demo import config_flags, reporting
 
-# Public here as before (they live in vrgd_tf.demo.reporting):
-RunResult, DemoResults = reporting.RunResult, reporting.DemoResults
-evaluate_accuracy, format_table = reporting.evaluate_accuracy, reporting.format_table
+import config_flags
+import digits_reporting as reporting
 
 #: ``--optimizers`` names: (class, learning-rate family).
 OPTIMIZERS = {
@@ -303,7 +301,7 @@ def run(config: DemoConfig, strategy=None) -> reporting.DemoResults:
     return results
 
 
-# --- Command line: one absl flag per DemoConfig field (vrgd_tf.demo.config_flags). ---
+# --- Command line: one absl flag per DemoConfig field (config_flags.py). ---
 config_flags.define_flags(DemoConfig)
 
 

@@ -1,6 +1,6 @@
 """What the demos record and write: Keras callbacks, the results table, JSON and plot.
 
-Used by :mod:`vrgd_tf.demo.digits_large_batch`, whose file keeps only the training job
+Used by :mod:`digits_large_batch`, whose file keeps only the training job
 (data, model, optimizers, ``model.fit``). Nothing here touches the training arithmetic.
 """
 
@@ -149,9 +149,9 @@ class RunRecorder(keras.callbacks.Callback):
 
     One full-batch forward pass per epoch instead of ``fit(validation_data=...)``: with
     Keras 3.15, each validation pass under a ``MirroredStrategy`` of 8 CPU replicas makes a
-    new distributed iterator and re-runs ``_maybe_symbolic_build``, which took 1 to 20 s of
-    mostly idle time per epoch on a 2-core machine, and that build reduces the first batch
-    across replicas, so it fails unless the first batch splits evenly.
+    new distributed iterator and re-runs ``_maybe_symbolic_build`` (seconds of mostly idle
+    time per epoch), and that build reduces the first batch across replicas, so it fails
+    unless the first batch splits evenly.
     """
 
     def __init__(self, x_test, y_test):

@@ -1,0 +1,52 @@
+"""Sphinx configuration of the API reference: the public names' docstrings (autodoc, Google
+style through napoleon). Built by ``.ci/run`` with warnings as errors and every cross
+reference checked (``-W --keep-going -n``), offline (no intersphinx)::
+
+  python3 -m sphinx -W --keep-going -n -q -b html docs/api build/api
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.pop("TF_USE_LEGACY_KERAS", None)  # The top-level names are the Keras 3 family.
+# Document this checkout, not another installed copy.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import vrgd_tf  # noqa: E402
+
+project = "vrgd_tf"
+release = version = vrgd_tf.__version__
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+autodoc_default_options = {"member-order": "bysource"}
+autodoc_inherit_docstrings = False  # An override without a docstring is not documented.
+autodoc_typehints = "description"
+autodoc_class_signature = "separated"
+# Names outside this package (TensorFlow, Keras, Model Garden, typing, NumPy, inspect) have no pages
+# here and no network to fetch their inventories from: their references are not checked.
+nitpick_ignore_regex = [
+    (
+        r"py:.*",
+        r"(tf|tensorflow|keras|tf_keras|official|np|numpy|typing|absl|dataclasses|inspect)(\..*)?",
+    ),
+    (r"py:.*", r"(Optional|Callable|Sequence|Dict|List|Tuple|Type|Any|Union|NamedTuple)"),
+]
+
+
+def _skip_named_tuple_fields(app, what, name, obj, skip, options):
+    """A NamedTuple's fields are documented by its ``Attributes:`` section, not again as
+    members (``Alias for field number 0``)."""
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_named_tuple_fields)
+
+
+html_theme = "alabaster"
+html_static_path = []
+exclude_patterns = ["_build"]

@@ -1,0 +1,78 @@
+"""The library stands alone: nothing in vrgd_tf/ imports the examples, benchmarks, studies or
+tests, the modules moved out of it say where they went, and the script folders that share one
+``sys.path`` in this suite (``tests/conftest.py``, the benchmarks' tests) have distinct module
+names."""
+
+import ast
+import glob
+import os
+
+import tensorflow as tf
+
+import util
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Folders of scripts imported by file name (their folder on ``sys.path``), not packages.
+SCRIPT_FOLDERS = ("examples/digits", "examples/data", "benchmarks", "studies", "studies/evidence")
+#: The folders on ``sys.path`` together in this suite's process (``studies/tests`` is another).
+SHARED_PATH = ("examples/digits", "examples/data", "benchmarks", "tests")
+
+
+def _module_names(folder):
+    return {
+        os.path.splitext(os.path.basename(p))[0]
+        for p in glob.glob(os.path.join(REPO, folder, "*.py"))
+    }
+
+
+def _imported_top_names(path):
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0]
+
+
+class LayoutTest(tf.test.TestCase):
+    def test_the_library_imports_nothing_outside_it(self):
+        outside = {"examples", "benchmarks", "studies", "tests"}
+        for folder in SCRIPT_FOLDERS + ("tests", "studies/tests"):
+            outside |= _module_names(folder)
+        self.assertIn("digits_large_batch", outside)
+        self.assertIn("prepare_model_garden_data", outside)
+        checked = 0
+        for path in glob.glob(os.path.join(REPO, "vrgd_tf", "**", "*.py"), recursive=True):
+            checked += 1
+            bad = sorted(set(_imported_top_names(path)) & outside)
+            self.assertEqual(bad, [], os.path.relpath(path, REPO))
+        self.assertGreater(checked, 20)
+
+    def test_script_module_names_are_unique_across_folders(self):
+        seen = {}
+        for folder in SHARED_PATH:
+            for name in _module_names(folder) - {"__init__", "conftest"}:
+                self.assertNotIn(name, seen, f"{folder}/{name}.py and {seen.get(name)}/")
+                seen[name] = folder
+
+    def test_moved_modules_raise_an_import_error_naming_the_new_place(self):
+        import importlib
+
+        for old, new in (
+            ("vrgd_tf.demo", "examples/digits/digits_large_batch.py"),
+            ("vrgd_tf.demo.digits_large_batch", "examples/digits/digits_large_batch.py"),
+            ("vrgd_tf.data", "examples/data/"),
+            ("vrgd_tf.data.shakespeare", "shakespeare_pretraining.py"),
+            ("vrgd_tf.data.fashion_mnist", "fashion_mnist.py"),
+            ("vrgd_tf.model_garden.prepare_data", "examples/data/prepare_model_garden_data.py"),
+        ):
+            if old.startswith("vrgd_tf.model_garden") and not util.HAS_TF_KERAS:
+                continue  # Its package needs Model Garden.
+            with self.assertRaisesRegex(ImportError, "moved out of the library.*" + new, msg=old):
+                importlib.import_module(old)
+
+
+if __name__ == "__main__":
+    tf.test.main()
