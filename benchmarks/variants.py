@@ -29,8 +29,6 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   bfloat16 (6 instead of 8 bytes per parameter).
 """
 
-from unittest import mock
-
 import tensorflow as tf
 
 from vrgd_tf import gsnr
@@ -66,12 +64,12 @@ def _reduce(name, ctx, grads):
 
 def _dense_statistics(vr_cls):
     """``vr_cls`` whose GSNR step takes the dense statistics for sparse gradients (the
-    library's switch ``gsnr._sparse_path_applies`` patched while the step is traced)."""
+    aggregator's public option ``sparse_statistics="dense"``)."""
 
     class DenseStatistics(vr_cls):
-        def _vrgd_reduce(self, grads_and_vars, replica_context):
-            with mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: False):
-                return super()._vrgd_reduce(grads_and_vars, replica_context)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.vrgd_aggregator.sparse_statistics = "dense"
 
     DenseStatistics.__name__ = f"{vr_cls.__name__}_dense"
     return DenseStatistics

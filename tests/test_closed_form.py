@@ -21,6 +21,7 @@ from absl.testing import parameterized
 import vrgd_tf
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+from vrgd_tf.gsnr import factors, statistics
 
 import util
 
@@ -143,8 +144,10 @@ class GsnrFunctionsTest(tf.test.TestCase):
         norm_ratio**2 = (0.25 * 9 + 16) / 25 = 0.73, norm_ratio = 0.8544; it read 1 (the
         S1 = 0 case) when the norms were taken from the underflowed squares."""
         s1 = tf.constant([3e-25, 4e-25])
-        _, _, make_statistics = gsnr._factors(s1, tf.zeros([2]), [2], 2, 0.1)
-        stats = make_statistics(tf.constant([0.5, 1.0]))
+        factor = factors.factor(s1, tf.zeros([2]), 2, 0.1, gsnr.NOISE_RTOL * 2)
+        stats = statistics.statistics(
+            [s1], [factor], [tf.constant([0.5, 1.0])], k=2, gamma=0.1, sizes=[2]
+        )
         self.assertAllClose(stats[0, gsnr.STATISTICS_FIELDS.index("norm_ratio")], 0.73**0.5)
 
     def test_smooth_factor_bias_correction_three_steps(self):

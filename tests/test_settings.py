@@ -14,7 +14,7 @@ from vrgd_tf import settings
 import util
 
 #: The config keys, as saved in checkpoints' configs, ``.keras`` files and YAMLs.
-KEYS = ("gamma", "beta_3", "statistics_interval", "squares_dtype")
+KEYS = ("gamma", "beta_3", "statistics_interval", "squares_dtype", "split_half")
 
 
 def keras3_classes():
@@ -27,7 +27,13 @@ class SettingsTest(tf.test.TestCase):
         self.assertEqual(settings.NAMES, KEYS + ("factor_transforms",))
         self.assertEqual(
             settings.DEFAULTS.get_config(),
-            dict(gamma=0.1, beta_3=0.0, statistics_interval=1, squares_dtype="float32"),
+            dict(
+                gamma=0.1,
+                beta_3=0.0,
+                statistics_interval=1,
+                squares_dtype="float32",
+                split_half=False,
+            ),
         )
         s = settings.VRGDSettings(gamma=1, factor_transforms=abs)
         self.assertEqual((type(s.gamma), s.factor_transforms), (float, (abs,)))
@@ -37,6 +43,8 @@ class SettingsTest(tf.test.TestCase):
             (dict(statistics_interval=-1), ValueError, "`statistics_interval` must be"),
             (dict(squares_dtype="float16"), ValueError, "`squares_dtype` must be one of"),
             (dict(factor_transforms=[1]), TypeError, "`factor_transforms` must be"),
+            (dict(split_half=1), TypeError, "`split_half` must be a bool"),
+            (dict(split_half=True, statistics_interval=0), ValueError, "`split_half=True` needs"),
         ):
             with self.assertRaisesRegex(error, text):
                 settings.VRGDSettings(**bad)
@@ -68,6 +76,7 @@ class SettingsTest(tf.test.TestCase):
                     beta_3=defaults.beta_3,
                     statistics_interval=3,
                     squares_dtype="bfloat16",
+                    split_half=False,
                 ),
             )
             self.assertEqual(
@@ -86,7 +95,13 @@ class SettingsTest(tf.test.TestCase):
         self.assertEqual(
             agg.get_config(),
             dict(
-                gamma=0.2, beta_3=0.5, statistics_interval=4, squares_dtype="bfloat16", name="agg"
+                gamma=0.2,
+                beta_3=0.5,
+                statistics_interval=4,
+                squares_dtype="bfloat16",
+                split_half=False,
+                sparse_statistics="rows",
+                name="agg",
             ),
         )
         self.assertEqual(

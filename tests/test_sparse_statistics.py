@@ -1,10 +1,8 @@
 """Exact sparse GSNR statistics: an ``IndexedSlices`` gradient's statistics are computed on
 the union of the rows the replicas touched (gathered), never on its dense shape, and give
-what the dense statistics give (the dense path, forced here by patching
-``gsnr._sparse_path_applies``): same weights, same state, same diagnostics.
+what the dense statistics give (the dense path, chosen by the public option
+``sparse_statistics="dense"``): same weights, same state, same diagnostics.
 """
-
-from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -21,9 +19,15 @@ OPTIMIZERS[(ts.TF_KERAS, "lars")] = (lambda **kw: vtk.VRGDLars(0.1, **kw), None)
 CASES = [(f, n, b) for f, n in sorted(OPTIMIZERS) for b in (0.0, 0.9)]
 
 
-def dense_path():
-    """Forces today's dense statistics for sparse gradients."""
-    return mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: False)
+def dense_path(make_optimizer):
+    """``make_optimizer`` whose sparse gradients take the dense statistics."""
+
+    def make():
+        opt = make_optimizer()
+        opt.vrgd_aggregator.sparse_statistics = "dense"
+        return opt
+
+    return make
 
 
 def run(family, k, make_optimizer):
@@ -40,8 +44,7 @@ class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
         for k in (1, 2, 4):
             make = lambda: make_vr(gamma=0.1, beta_3=beta_3)  # noqa: E731
             sparse = run(family, k, make)
-            with dense_path():
-                dense = run(family, k, make)
+            dense = run(family, k, dense_path(make))
             self.assertAllClose(sparse[0], dense[0], rtol=1e-5, atol=1e-6, msg=f"k={k}")
             self.assertGreater(np.abs(sparse[0] - 1.0).max(), 1e-4)  # it trained
             for row in (2, 5, 6):  # touched by no replica
@@ -84,23 +87,26 @@ class FakeReplicaContext:
         self.num_replicas_in_sync = len(others) + 1
 
     def all_gather(self, value, axis):
-        assert axis == 0 and len(value) == 2
+        """The sparse path's one call: indices, rows packed with squares, and (no dense
+        gradient carries it) the count of samples that contributed, ``[1]``."""
+        assert axis == 0 and len(value) == 3
         theirs = [local_rows(*g) for g in self.others]
         return [
             tf.concat([value[0]] + [tf.constant(t[0], value[0].dtype) for t in theirs], 0),
             tf.concat([value[1]] + [tf.constant(t[1]) for t in theirs], 0),
+            tf.concat([value[2]] + [tf.ones([1]) for _ in theirs], 0),
         ]
 
     def all_reduce(self, op, value):
-        """The dense path's two calls (:func:`gsnr.sum_with_squares`): first ``[x]`` with the
-        IndexedSlices, then the squares ``x**2`` alone."""
+        """The dense path's two calls: first ``[x, count]`` with the IndexedSlices, then the
+        squares ``[x**2]`` alone."""
         assert op == tf.distribute.ReduceOp.SUM
         dense = [densify(*g).ravel() for g in self.others]
-        if not isinstance(value, (list, tuple)):  # the squares
-            return value + tf.constant(sum(d * d for d in dense))
-        packed, summed = value
+        if len(value) == 1:  # the squares
+            return [value[0] + tf.constant(sum(d * d for d in dense))]
+        packed, count, summed = value
         total = tf.convert_to_tensor(summed) + tf.constant(sum(densify(*g) for g in self.others))
-        return [packed + tf.constant(sum(dense)), total]
+        return [packed + tf.constant(sum(dense)), count + len(self.others), total]
 
 
 def replica_gradients(k, seed=0, m=6):
@@ -113,7 +119,7 @@ def replica_gradients(k, seed=0, m=6):
 
 
 class SparseGraphAndXlaTest(tf.test.TestCase, parameterized.TestCase):
-    def _step(self, grads, beta_3, jit_compile, state_vars, densify=True):
+    def _step(self, grads, beta_3, jit_compile, state_vars, densify=True, sparse=True):
         ctx = FakeReplicaContext(grads[1:])
         var = state_vars["var"]
         state = state_vars["state"]
@@ -122,7 +128,13 @@ class SparseGraphAndXlaTest(tf.test.TestCase, parameterized.TestCase):
             idx, val = grads[0]
             g = tf.IndexedSlices(tf.constant(val), tf.constant(idx), tf.constant([VOCAB, WIDTH]))
             (out,) = gsnr.variance_reduce(
-                [g], [var], gamma=0.1, beta_3=beta_3, state=state, replica_context=ctx
+                [g],
+                [var],
+                gamma=0.1,
+                beta_3=beta_3,
+                state=state,
+                replica_context=ctx,
+                sparse_statistics="rows" if sparse else "dense",
             )
             return tf.convert_to_tensor(out) if densify else out
 
@@ -144,9 +156,8 @@ class SparseGraphAndXlaTest(tf.test.TestCase, parameterized.TestCase):
         results = []
         for sparse in (True, False):
             st = self._state(beta_3)
-            with mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: sparse):
-                fn = self._step(grads, beta_3, jit_compile, st)
-                outs = [fn().numpy() for _ in range(2)]
+            fn = self._step(grads, beta_3, jit_compile, st, sparse=sparse)
+            outs = [fn().numpy() for _ in range(2)]
             stats = st["state"].statistics[0].numpy()
             deficit = st["state"].deficits[0].numpy() if beta_3 else None
             results.append((outs, stats, deficit))
@@ -165,9 +176,8 @@ class SparseGraphAndXlaTest(tf.test.TestCase, parameterized.TestCase):
         grads = replica_gradients(4)
         for sparse in (True, False):
             st = self._state(0.0)
-            with mock.patch.object(gsnr, "_sparse_path_applies", lambda g, v: sparse):
-                fn = self._step(grads, 0.0, False, st, densify=False)
-                graph = fn.get_concrete_function().graph
+            fn = self._step(grads, 0.0, False, st, densify=False, sparse=sparse)
+            graph = fn.get_concrete_function().graph
             shapes = [
                 t.shape
                 for op in graph.get_operations()

@@ -82,11 +82,13 @@ class FakeReplicaContext:
         self.other = np.ravel(other).astype(np.float32)
 
     def all_reduce(self, op, value):
+        """The step's two calls: ``[x, count]`` (float32), then ``[x**2]`` (bfloat16)."""
         assert op == tf.distribute.ReduceOp.SUM
-        if value.dtype == tf.bfloat16:  # the squares' own call
-            return value + tf.cast(tf.constant(self.other * self.other), tf.bfloat16)
-        assert value.dtype == tf.float32 and value.shape == self.other.shape
-        return value + tf.constant(self.other)
+        if value[0].dtype == tf.bfloat16:  # the squares' own call
+            return [value[0] + tf.cast(tf.constant(self.other * self.other), tf.bfloat16)]
+        x, count = value
+        assert x.dtype == tf.float32 and x.shape == self.other.shape
+        return [x + tf.constant(self.other), count + 1.0]
 
 
 class ValidationTest(tf.test.TestCase, parameterized.TestCase):

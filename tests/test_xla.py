@@ -46,15 +46,20 @@ class FakeReplicaContext:
         self.calls = 0
 
     def all_reduce(self, op, value):
-        """VRGD's two calls per step: the float32 ``x_flat``, then ``x_flat**2``."""
+        """VRGD's two calls per step: the float32 gradients ``[x_1 .. x_n]`` with the count
+        of samples that contributed (one scalar after them), then ``[x_1**2 .. x_n**2]``."""
         assert op == tf.distribute.ReduceOp.SUM
         squares = self.calls % 2 == 1
         self.calls += 1
-        extra = 0.0
-        for grads in self.others:
-            flat = np.concatenate([np.ravel(g) for g in grads]).astype(np.float32)
-            extra = extra + (flat * flat if squares else flat)
-        return value + tf.constant(extra, tf.float32)
+        out = []
+        for i, v in enumerate(value):
+            if i == len(self.others[0]):  # the count: 1 per replica with a nonzero gradient
+                extra = float(sum(any(np.any(g != 0) for g in grads) for grads in self.others))
+            else:
+                parts = [np.ravel(grads[i]).astype(np.float32) for grads in self.others]
+                extra = sum(p * p if squares else p for p in parts)
+            out.append(v + tf.constant(extra, tf.float32))
+        return out
 
 
 class XlaTest(tf.test.TestCase, parameterized.TestCase):

@@ -11,6 +11,7 @@ eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step coun
 warnings.
 """
 
+import dataclasses
 import inspect
 import logging
 from typing import Callable, Dict, Optional, Sequence
@@ -33,13 +34,7 @@ _SUM_ONCE = (
 def _replica_local_variable(kind, index, shape, reference):
     """A zero float32 ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` (standalone state)."""
     del reference
-    return tf.Variable(
-        tf.zeros(shape, tf.float32),
-        trainable=False,
-        synchronization=tf.VariableSynchronization.ON_READ,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-        name=f"vrgd_{kind}_{index}",
-    )
+    return gsnr.state.replica_local_variable(shape, f"vrgd_{kind}_{index}")
 
 
 @expose(lambda self: self.settings)
@@ -114,6 +109,14 @@ class GSNRAggregator(tf.Module):
       {settings}
       settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by
         one (not combined with them).
+      sparse_statistics: ``"rows"`` (default) or ``"dense"``, the statistics path of
+        ``tf.IndexedSlices`` gradients (spec section 4): ``"rows"`` takes exact statistics
+        on the rows some replica touched, with one all-gather and nothing of the variable's
+        dense shape (where the indices have a static length and no micro-batch squares are
+        handed over; otherwise the dense form); ``"dense"`` always the statistics of the
+        dense form, all-reduced with the dense gradients (the same numbers, to float
+        rounding; for comparisons and benchmarks). Also settable as the attribute before
+        the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -157,6 +160,7 @@ class GSNRAggregator(tf.Module):
         self,
         *args,
         settings: Optional[VRGDSettings] = None,
+        sparse_statistics="rows",
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
@@ -165,6 +169,14 @@ class GSNRAggregator(tf.Module):
     ):
         super().__init__(name=name)
         self.settings = _settings(args, kwargs, settings)
+        self._options = gsnr.GSNROptions(
+            gamma=self.settings.gamma,
+            beta_3=self.settings.beta_3,
+            squares_dtype=self.settings.squares_dtype,
+            factor_transforms=self.settings.factor_transforms,
+            sparse_statistics=sparse_statistics,
+            split_half_stride=self.settings.statistics_interval if self.settings.split_half else 0,
+        )
         self._owner = owner or name
         self._standalone = make_variable is None
         self._make_variable = make_variable or _replica_local_variable
@@ -172,8 +184,33 @@ class GSNRAggregator(tf.Module):
         self.state = None
         self._steps = None
         self._warned = set()
+        self._traced = False
         self._num_samples = "several"
         strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
+
+    @property
+    def options(self) -> gsnr.GSNROptions:
+        """The :class:`vrgd_tf.gsnr.GSNROptions` of the step (checked at construction)."""
+        return self._options
+
+    @property
+    def sparse_statistics(self) -> str:
+        """``"rows"`` or ``"dense"``: the statistics path of ``tf.IndexedSlices`` gradients
+        (see the class's Args). May be set until the first step is traced.
+
+        Raises:
+          ValueError: set to another value, or after the first step was traced.
+        """
+        return self._options.sparse_statistics
+
+    @sparse_statistics.setter
+    def sparse_statistics(self, value) -> None:
+        if self._traced:
+            raise ValueError(
+                f"{self._owner}: `sparse_statistics` must be set before the first step "
+                "(the steps traced so far keep their statistics path)."
+            )
+        self._options = dataclasses.replace(self._options, sparse_statistics=value)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -250,12 +287,6 @@ class GSNRAggregator(tf.Module):
             summed twice; :mod:`vrgd_tf.aggregated`); see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
-        ctx = replica_context or tf.distribute.get_replica_context()
-        if ctx is None:
-            raise RuntimeError(
-                f"{self._owner}: the GSNR step must run in a replica context "
-                "(inside `strategy.run` or `model.fit`)."
-            )
         grads, variables = list(grads), list(variables)
         aggregated.check_not_aggregated(grads, self._owner, _SUM_ONCE)
         if len(grads) != len(variables):
@@ -263,36 +294,53 @@ class GSNRAggregator(tf.Module):
                 f"{self._owner}: `grads` and `variables` must have the same length; got "
                 f"{len(grads)} gradients for {len(variables)} variables."
             )
-        pairs = list(zip(grads, variables))
-        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
-        if self.state is None or any(pairs[i][1] not in self.state for i in present):
-            if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
-                raise RuntimeError(
-                    f"{self._owner}: build the GSNR state in the strategy scope before the "
-                    "first step: `aggregator.build(model.trainable_variables)`."
-                )
-            with tf.init_scope():
-                self.build([pairs[i][1] for i in present])
-        self._num_samples = ctx.num_replicas_in_sync * num_groups
+        present = [i for i, g in enumerate(grads) if g is not None]
+        self._build_in_step([variables[i] for i in present], replica_context)
         if step is None and self._steps is not None:
             step = self._steps
+        self._traced = True
         reduced = gsnr.variance_reduce(
-            [pairs[i][0] for i in present],
-            [pairs[i][1] for i in present],
-            gamma=self.gamma,
-            beta_3=self.beta_3,
+            [grads[i] for i in present],
+            [variables[i] for i in present],
             state=self.state,
-            replica_context=ctx,
-            warn_single_replica=self._warn_single_replica,
-            warn_inert=self._warn_inert,
+            replica_context=replica_context,
             record_statistics=self._record_statistics(step),
+            step=step,
             sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
             num_groups=num_groups,
-            squares_dtype=self.squares_dtype,
-            factor_transforms=self.factor_transforms,
-            step=step,
+            options=self._options,
         )
+        self._report(reduced.report)
         if self._steps is not None:
+            self._count_step(reduced)
+        out = [None] * len(grads)
+        for i, g in zip(present, reduced):
+            out[i] = g
+        aggregated.mark_aggregated(out)
+        return out
+
+    def _build_in_step(self, variables, replica_context) -> None:
+        """Creates the state of ``variables`` not built yet, which a step can only do
+        eagerly or on one replica (a strategy cannot create variables inside ``strategy.run``
+        in a ``tf.function``)."""
+        if self.state is not None and all(v in self.state for v in variables):
+            return
+        ctx = replica_context or tf.distribute.get_replica_context()
+        if ctx is None:
+            return  # the step raises: it must run in a replica context
+        if ctx.num_replicas_in_sync > 1 and not tf.executing_eagerly():
+            raise RuntimeError(
+                f"{self._owner}: build the GSNR state in the strategy scope before the "
+                "first step: `aggregator.build(model.trainable_variables)`."
+            )
+        with tf.init_scope():
+            self.build(variables)
+
+    def _count_step(self, reduced) -> None:
+        """Advances the standalone step counter on a step whose sums were finite (the test
+        the step's state commit uses; computed here only for a one-sample step)."""
+        finite = reduced.report.finite
+        if finite is None:
             finite = tf.reduce_all(
                 [
                     tf.reduce_all(
@@ -301,12 +349,7 @@ class GSNRAggregator(tf.Module):
                     for g in reduced
                 ]
             )
-            self._steps.assign_add(tf.cast(finite, tf.int64))
-        out = [None] * len(pairs)
-        for i, g in zip(present, reduced):
-            out[i] = g
-        aggregated.mark_aggregated(out)
-        return out
+        self._steps.assign_add(tf.cast(finite, tf.int64))
 
     @property
     def gradient_aggregator(self) -> Callable:
@@ -338,15 +381,21 @@ class GSNRAggregator(tf.Module):
             self._warned.add(key)
             _LOG.warning(message, *args)
 
-    def _warn_single_replica(self) -> None:
-        self._warn_once(
-            "single",
-            "%s: only one GSNR sample per step (one replica in sync, no "
-            "micro-batch groups), so there is no gradient noise estimate; VRGD steps exactly "
-            "as its base optimizer. Train with k >= 2 replicas or micro-batch groups (the "
-            "paper uses at least 8) to get variance reduction.",
-            self._owner,
-        )
+    def _report(self, report) -> None:
+        """Turns the step's :class:`vrgd_tf.gsnr.StepReport` into warnings, each once."""
+        self._num_samples = report.num_samples
+        if report.num_samples == 1:
+            self._warn_once(
+                "single",
+                "%s: only one GSNR sample per step (one replica in sync, no "
+                "micro-batch groups), so there is no gradient noise estimate; VRGD steps "
+                "exactly as its base optimizer. Train with k >= 2 replicas or micro-batch "
+                "groups (the paper uses at least 8) to get variance reduction.",
+                self._owner,
+            )
+            return
+        self._warn_from_step(report.inert, "inert", self._log_inert)
+        self._warn_from_step(report.too_few_samples, "too_few", self._log_too_few_samples)
 
     def _log_inert(self) -> None:
         self._warn_once(
@@ -364,23 +413,39 @@ class GSNRAggregator(tf.Module):
             self._num_samples,
         )
 
-    def _warn_inert(self, inert: tf.Tensor) -> None:
-        """Emits :meth:`_log_inert` from the step when ``inert`` (scalar bool) is True.
+    def _log_too_few_samples(self) -> None:
+        self._warn_once(
+            "too_few",
+            "%s: in a step of %s GSNR samples (replicas x micro-batch groups) fewer than 2 "
+            "contributed a nonzero gradient, so there was no noise estimate and VRGD "
+            "stepped exactly as its base optimizer (its statistics read zeros). This "
+            "happens when replicas get no examples, e.g. the last, short batch of a "
+            "dataset split over the replicas: batch with `drop_remainder=True` "
+            "(`dataset.batch(global_batch, drop_remainder=True)`) so every replica gets "
+            "its share of every batch.",
+            self._owner,
+            self._num_samples,
+        )
+
+    def _warn_from_step(self, flag, key, log) -> None:
+        """Emits ``log()`` from the step when ``flag`` (scalar bool tensor) is True.
 
         Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
-        predicate per step; the Python call happens only on an inert step). Inside an XLA
-        context (``jit_compile=True``, TPU) no host call is compiled in: the step stays
-        XLA-pure and :meth:`statistics` gives the warning when it reads the recorded
-        diagnostics of an inert step.
+        predicate per step; the Python call happens only then). Inside an XLA context
+        (``jit_compile=True``, TPU) no host call is compiled in: the step stays XLA-pure;
+        :meth:`statistics` gives the inert warning when it reads the recorded diagnostics
+        of an inert step, and a step without enough samples records zeros.
         """
+        if flag is False or key in self._warned:
+            return
         if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
             return
 
-        def log():
-            self._log_inert()
+        def emit():
+            log()
             return True
 
-        tf.cond(inert, lambda: tf.py_function(log, [], tf.bool), lambda: tf.constant(False))
+        tf.cond(flag, lambda: tf.py_function(emit, [], tf.bool), lambda: tf.constant(False))
 
     # --- diagnostics and config --------------------------------------------------------------
 
@@ -411,17 +476,21 @@ class GSNRAggregator(tf.Module):
             return {}
         names = naming.display_names(self.state.variable_names)
         out = {}
-        for name, var in zip(names, self.state.statistics):
+        for name, var, half in zip(names, self.state.statistics, self.state.split_half):
             out[name] = dict(zip(gsnr.STATISTICS_FIELDS, (float(x) for x in var.numpy())))
             out[name]["has_gsnr"] = has_gsnr(out[name])
+            out[name].update(_split_half_row(half.numpy()))
         if out and all(v["frac_at_one"] == 1.0 and v["mean_gsnr"] == 0.0 for v in out.values()):
             self._log_inert()
         return out
 
     def get_config(self) -> dict:
-        """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`) and ``name``: the
-        constructor's serializable arguments (:meth:`from_config` inverts it)."""
-        return dict(self.settings.get_config(), name=self.name)
+        """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`),
+        ``sparse_statistics`` and ``name``: the constructor's serializable arguments
+        (:meth:`from_config` inverts it)."""
+        return dict(
+            self.settings.get_config(), sparse_statistics=self.sparse_statistics, name=self.name
+        )
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":
@@ -471,6 +540,14 @@ def _settings(args, kwargs, settings) -> VRGDSettings:
             f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
         )
     return settings
+
+
+def _split_half_row(values) -> dict:
+    """The ``vrgd_statistics()`` fields of one variable's split-half state (``[4]``)."""
+    row = dict(zip(gsnr.SPLIT_HALF_FIELDS, (float(v) for v in values)))
+    row["reliability_pairs"] = int(row["reliability_pairs"])
+    row["reliability_defined"] = row["reliability_defined"] > 0.0
+    return row
 
 
 def has_gsnr(row) -> bool:

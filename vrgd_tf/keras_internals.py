@@ -48,6 +48,7 @@ from keras.src.losses import loss as _loss_module
 from keras.src.optimizers import base_optimizer as _base_optimizer
 
 from vrgd_tf import aggregated, common, versions
+from vrgd_tf.gsnr import collectives
 
 __all__ = [
     "AGGREGATION_HOOK",
@@ -138,11 +139,7 @@ def check_finite_on_every_replica(check_finite):
             if g is not None
         ]
         finite = tf.reduce_all(tf.stack(local)) if local else tf.constant(True)
-        ctx = tf.distribute.get_replica_context()
-        if ctx is None or ctx.num_replicas_in_sync == 1:
-            return finite
-        not_finite = ctx.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
-        return tf.equal(not_finite, 0.0)
+        return collectives.all_replicas_finite(finite, tf.distribute.get_replica_context())
 
     wrapped.vrgd_wraps = check_finite
     wrapped.__doc__ = check_finite.__doc__

@@ -38,6 +38,13 @@ __all__ = [
 ]
 
 
+def _check_split_half(split_half) -> bool:
+    """``split_half`` if it is a bool; TypeError naming it otherwise."""
+    if not isinstance(split_half, bool):
+        raise TypeError(f"`split_half` must be a bool; got {split_half!r}.")
+    return split_half
+
+
 def _setting(default, check: Callable[[Any], Any], doc: str, serialized: bool = True):
     """A :class:`VRGDSettings` field: its default, its check (value -> normalised value,
     raising ``TypeError``/``ValueError`` that names the argument), its doc paragraph (without
@@ -86,6 +93,18 @@ class VRGDSettings:
         "and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1): "
         "``docs/cost_model.md``.",
     )
+    split_half: bool = _setting(
+        False,
+        _check_split_half,
+        "bool, also record per variable the split-half reliability of the GSNR "
+        "(``vrgd_statistics()`` fields ``reliability``, ``reliability_defined``...; headline "
+        "``vrgd/median/reliability``; ``docs/spec.md`` section 4): near 0 when the GSNR the "
+        "factor acts on is noise, near 1 when it is a stable property of the elements. It "
+        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups) and "
+        "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
+        "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step's "
+        "first all-reduce.",
+    )
     factor_transforms: tuple = _setting(
         (),
         gsnr.validate_factor_transforms,
@@ -101,6 +120,11 @@ class VRGDSettings:
         for field in dataclasses.fields(self):
             check = field.metadata["check"]
             object.__setattr__(self, field.name, check(getattr(self, field.name)))
+        if self.split_half and self.statistics_interval == 0:
+            raise ValueError(
+                "`split_half=True` needs recording steps, but `statistics_interval` is 0 "
+                "(never record). Set `statistics_interval` >= 1 or `split_half=False`."
+            )
 
     def replace(self, **changes) -> "VRGDSettings":
         """A copy with ``changes`` (checked).

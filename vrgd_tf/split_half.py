@@ -37,7 +37,7 @@ from typing import List, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf.gsnr import NOISE_RTOL
+from vrgd_tf.gsnr.options import NOISE_RTOL
 
 __all__ = [
     "MIN_PAIRS",

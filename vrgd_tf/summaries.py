@@ -13,7 +13,10 @@ gradient is always None, keep rows of zeros and are left out) in a way a reader 
 trust: ``vrgd/median/mean_gsnr`` is the median over variables of the mean GSNR (a mean over
 variables is dominated by the few with a huge GSNR), and ``vrgd/mean/mean_factor`` is the
 mean over variables of the factor applied, i.e. how much smaller than the base optimizer's
-the average step is (``docs/spec.md`` section 4).
+the average step is (``docs/spec.md`` section 4). With ``split_half=True``,
+``vrgd/median/reliability`` is the median over the variables where it is defined of the
+split-half reliability of the GSNR: near 0 when the GSNR the factor acts on is noise, near 1
+when it is a stable property of the elements (spec section 4).
 
 Callbacks, each in both families (Keras 3 here; tf_keras as ``TfKeras*`` here and in
 :mod:`vrgd_tf.tf_keras`): :class:`GSNRLogger` puts headline values into ``fit``'s logs
@@ -31,7 +34,7 @@ from typing import Dict, Mapping
 import numpy as np
 import tensorflow as tf
 
-from vrgd_tf.gsnr import STATISTICS_FIELDS
+from vrgd_tf.gsnr import SPLIT_HALF_FIELDS, STATISTICS_FIELDS
 
 __all__ = [
     "write_gsnr_summaries",
@@ -42,6 +45,7 @@ __all__ = [
     "HEADLINE_PREFIXES",
     "HEADLINE_TAGS",
     "FIT_LOG_TAGS",
+    "RELIABILITY_TAG",
     "unwrap_optimizer",
     "vrgd_statistics",
     "all_weights_statistics",
@@ -58,12 +62,17 @@ HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
 _HEADLINE = (("vrgd/median/" + _FIELDS[0], _FIELDS[0], np.median),) + tuple(
     ("vrgd/mean/" + field, field, np.mean) for field in _FIELDS[1:]
 )
+#: The headline tag of the split-half reliability: its median over the variables where it
+#: is defined (``split_half=True``; spec section 4).
+RELIABILITY_TAG = "vrgd/median/" + SPLIT_HALF_FIELDS[0]
+_RELIABILITY, _RELIABILITY_DEFINED = SPLIT_HALF_FIELDS[0], SPLIT_HALF_FIELDS[3]
 #: The tags of the headline values in order (``vrgd/median/mean_gsnr``, then
 #: ``vrgd/mean/<field>`` for ``frac_at_gamma``, ``frac_at_one``, ``mean_factor``,
-#: ``norm_ratio``).
-HEADLINE_TAGS = tuple(tag for tag, _, _ in _HEADLINE)
+#: ``norm_ratio``, then :data:`RELIABILITY_TAG`).
+HEADLINE_TAGS = tuple(tag for tag, _, _ in _HEADLINE) + (RELIABILITY_TAG,)
 #: The headline values :class:`GSNRLogger` puts into ``fit``'s logs by default: the mean
-#: factor applied, the median mean GSNR and the update norm ratio.
+#: factor applied, the median mean GSNR and the update norm ratio; and
+#: :data:`RELIABILITY_TAG` when the optimizer measures it (``split_half=True``).
 FIT_LOG_TAGS = ("vrgd/mean/mean_factor", "vrgd/median/mean_gsnr", "vrgd/mean/norm_ratio")
 #: The per-variable tag marking whether the variable has a GSNR (1.0) or not (0.0).
 _HAS_GSNR = "has_gsnr"
@@ -176,11 +185,22 @@ def headline(stats: Mapping[str, Mapping]) -> Dict[str, float]:
       ``{tag: float}`` for the tags of :data:`HEADLINE_TAGS`: the median over the variables
       with ``has_gsnr`` of their ``mean_gsnr`` and the means of the other fields; empty when
       no variable has a GSNR (before the first recording step, or no variable measured).
+      :data:`RELIABILITY_TAG`, the median of ``reliability`` over the rows whose
+      ``reliability_defined`` is True, only if there is such a row.
     """
     rows = [row for row in stats.values() if row[_HAS_GSNR]]
     if not rows:
         return {}
-    return {tag: float(reduce([row[field] for row in rows])) for tag, field, reduce in _HEADLINE}
+    out = {tag: float(reduce([row[field] for row in rows])) for tag, field, reduce in _HEADLINE}
+    reliable = _reliabilities(rows)
+    if reliable:
+        out[RELIABILITY_TAG] = float(np.median(reliable))
+    return out
+
+
+def _reliabilities(rows):
+    """The ``reliability`` of the rows where it is defined."""
+    return [row[_RELIABILITY] for row in rows if row.get(_RELIABILITY_DEFINED, False)]
 
 
 def _logs(stats, headline_only):
@@ -190,6 +210,8 @@ def _logs(stats, headline_only):
             for field in _FIELDS:
                 logs[f"vrgd/{name}/{field}"] = row[field]
             logs[f"vrgd/{name}/{_HAS_GSNR}"] = float(row[_HAS_GSNR])
+            if row.get(_RELIABILITY_DEFINED, False):
+                logs[f"vrgd/{name}/{_RELIABILITY}"] = row[_RELIABILITY]
     logs.update(headline(stats))
     return logs
 
@@ -199,7 +221,8 @@ def summary_logs(optimizer, headline_only=False):
 
     Tags: ``"vrgd/<variable>/<field>"`` for every variable and field of
     :data:`vrgd_tf.gsnr.STATISTICS_FIELDS`, ``"vrgd/<variable>/has_gsnr"`` (1.0 or 0.0, see
-    :func:`vrgd_tf.aggregator.has_gsnr`), plus the headline over the variables that have a
+    :func:`vrgd_tf.aggregator.has_gsnr`), ``"vrgd/<variable>/reliability"`` where the
+    split-half reliability is defined, plus the headline over the variables that have a
     GSNR (:func:`headline`): ``"vrgd/median/mean_gsnr"`` (median of the per-variable mean
     GSNR) and ``"vrgd/mean/<field>"`` for ``frac_at_gamma``, ``frac_at_one``,
     ``mean_factor`` and ``norm_ratio`` (means over those variables), present only when some
@@ -261,7 +284,8 @@ def write_gsnr_summaries(optimizer, step, writer=None):
     """Writes the optimizer's GSNR diagnostics as TensorBoard scalars and histograms.
 
     Scalars: every tag of :func:`summary_logs`; histograms ``vrgd/hist/<field>`` over the
-    variables that have a GSNR.
+    variables that have a GSNR, and ``vrgd/hist/reliability`` over those where the split-half
+    reliability is defined (if any).
 
     Args:
       optimizer: a vrgd_tf optimizer (either family), possibly inside a LossScaleOptimizer.
@@ -288,6 +312,10 @@ def write_gsnr_summaries(optimizer, step, writer=None):
         for field in _FIELDS:
             values = np.asarray([row[field] for row in rows], np.float32)
             tf.summary.histogram(f"vrgd/hist/{field}", values, step=step)
+        reliable = _reliabilities(rows)
+        if reliable:
+            values = np.asarray(reliable, np.float32)
+            tf.summary.histogram(f"vrgd/hist/{_RELIABILITY}", values, step=step)
     return logs
 
 
@@ -382,7 +410,8 @@ class _GSNRLoggerMixin:
         model.fit(data, callbacks=[vrgd_tf.GSNRLogger(), keras.callbacks.CSVLogger("log.csv")])
 
     The logs get :data:`FIT_LOG_TAGS` by default (``vrgd/mean/mean_factor``,
-    ``vrgd/median/mean_gsnr``, ``vrgd/mean/norm_ratio``): the headline of
+    ``vrgd/median/mean_gsnr``, ``vrgd/mean/norm_ratio``, and ``vrgd/median/reliability``
+    when the optimizer has ``split_half=True``): the headline of
     :func:`headline` over the variables that have a GSNR, as ``vrgd_statistics()`` has them
     after the last recording step (the optimizer's ``statistics_interval``). Each batch's
     logs carry the values read at the last batch that passed a recording step; the epoch's
@@ -413,8 +442,9 @@ class _GSNRLoggerMixin:
     anyway; under tf_keras this callback accepts tensor logs, so it forces no conversion).
 
     Args:
-      keys: non-empty sequence of tags of :data:`HEADLINE_TAGS`, the values to log. Default
-        :data:`FIT_LOG_TAGS`.
+      keys: None, or a non-empty sequence of tags of :data:`HEADLINE_TAGS`, the values to
+        log. None (default): :data:`FIT_LOG_TAGS`, plus :data:`RELIABILITY_TAG` if the
+        optimizer measures the split-half reliability (decided when ``fit`` starts).
 
     Raises:
       ValueError: at construction, ``keys`` empty or with a tag not in
@@ -426,8 +456,10 @@ class _GSNRLoggerMixin:
 
     _supports_tf_logs = True  # tf_keras: logs may stay tensors (this reads none of them)
 
-    def __init__(self, keys=FIT_LOG_TAGS):
+    def __init__(self, keys=None):
         super().__init__()
+        self._default_keys = keys is None
+        keys = FIT_LOG_TAGS if keys is None else keys
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
         unknown = [key for key in keys if key not in HEADLINE_TAGS]
         if not keys or unknown:
@@ -447,6 +479,8 @@ class _GSNRLoggerMixin:
                 "records no diagnostics to log. Set `statistics_interval` >= 1 (e.g. the "
                 "steps of an epoch), or remove the callback."
             )
+        if self._default_keys:
+            self.keys = FIT_LOG_TAGS + ((RELIABILITY_TAG,) if optimizer.split_half else ())
         self._clock = _StepClock(optimizer.statistics_interval)
         self._clock.sync(_iterations(optimizer))
         self._read(optimizer)
@@ -492,8 +526,9 @@ class _GSNRTensorBoardMixin:
       update_freq: int >= 1, in optimizer steps; ``"batch"`` (= 1); or ``"epoch"`` (one
         point at the end of each epoch), as Keras' ``TensorBoard`` takes it. Use a multiple
         of the optimizer's ``statistics_interval``. Default 100.
-      log_to_history: bool; also add the headline values (:data:`HEADLINE_TAGS`; NaN while
-        no variable has a GSNR) to the epoch logs (progress bar, ``History``).
+      log_to_history: bool; also add the headline values (:data:`HEADLINE_TAGS`, the
+        reliability only with ``split_half=True``; NaN while no variable has a GSNR) to the
+        epoch logs (progress bar, ``History``).
         :class:`GSNRLogger` does that for a chosen few, during the epoch too.
 
     Raises:
@@ -542,7 +577,9 @@ class _GSNRTensorBoardMixin:
         self._write(only_if_passed=self.update_freq != "epoch")
         if self.log_to_history and logs is not None:
             values = headline(_statistics_or_empty(self.model.optimizer))
-            logs.update({tag: values.get(tag, math.nan) for tag in HEADLINE_TAGS})
+            measured = getattr(unwrap_optimizer(self.model.optimizer), "split_half", False)
+            tags = [t for t in HEADLINE_TAGS if measured or t != RELIABILITY_TAG]
+            logs.update({tag: values.get(tag, math.nan) for tag in tags})
 
     def on_train_end(self, logs=None):
         if self._writer is not None:

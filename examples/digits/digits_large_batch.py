@@ -204,7 +204,8 @@ def peak_learning_rate(name: str, config: DemoConfig) -> float:
 
 
 def make_optimizer(name: str, schedule, config: DemoConfig) -> keras.optimizers.Optimizer:
-    """The optimizer called ``name``; VR versions get the base's arguments plus ``gamma``."""
+    """The optimizer called ``name``; VR versions get the base's arguments plus ``gamma``
+    and, on 4 replicas or more, ``split_half=True`` (the reliability of the GSNR)."""
     cls, family = OPTIMIZERS[name]
     kwargs = dict(exclude_from_weight_decay=EXCLUDE, weight_decay_rate=config.lamb_weight_decay)
     if family == "lars":
@@ -215,6 +216,7 @@ def make_optimizer(name: str, schedule, config: DemoConfig) -> keras.optimizers.
         )
     if name.startswith("vrgd_"):
         kwargs["gamma"] = config.gamma
+        kwargs["split_half"] = config.replicas >= 4  # halves of >= 2 replicas each
     return cls(learning_rate=schedule, **kwargs)
 
 

@@ -143,7 +143,9 @@ class RunRecorder(keras.callbacks.Callback):
       ``on_epoch_end``, before the evaluation below and before later callbacks);
     * ``curves``: per epoch ``test_accuracy``/``test_loss`` (also added to the epoch's logs,
       so Keras prints them), Keras' ``loss``/``accuracy`` and, for a VRGD optimizer,
-      ``frac_at_gamma`` (:func:`vrgd_tf.summaries.all_weights_statistics`).
+      ``frac_at_gamma`` (:func:`vrgd_tf.summaries.all_weights_statistics`) and, with
+      ``split_half=True``, ``reliability`` (the median over variables of the split-half
+      reliability of the GSNR, :data:`vrgd_tf.summaries.RELIABILITY_TAG`).
 
     One full-batch forward pass per epoch instead of ``fit(validation_data=...)``: with
     Keras 3.15, each validation pass under a ``MirroredStrategy`` of 8 CPU replicas makes a
@@ -178,6 +180,10 @@ class RunRecorder(keras.callbacks.Callback):
         )
         if weighted is not None:
             self.curves.setdefault("frac_at_gamma", []).append(weighted["frac_at_gamma"])
+            stats = summaries.vrgd_statistics(self.model.optimizer)
+            reliability = summaries.headline(stats).get(summaries.RELIABILITY_TAG)
+            if reliability is not None:
+                self.curves.setdefault("reliability", []).append(reliability)
 
     def ms_per_step(self, steps_per_epoch: int) -> float:
         """Median over epochs 2.. (all if there is one) of the epoch's time per step, in ms."""
@@ -303,6 +309,18 @@ def print_report(results: DemoResults, header: str) -> None:
                 f"{100 * w['frac_at_gamma']:.1f}%, at 1 {100 * w['frac_at_one']:.1f}%, "
                 f"mean GSNR (mean over variables) {w['mean_gsnr_over_variables']:.3g}"
             )
+            rows = summary["per_variable"]
+            reliability = summaries.headline(rows).get(summaries.RELIABILITY_TAG)
+            if reliability is not None:
+                per = ", ".join(
+                    f"{name} {row['reliability']:.2f}"
+                    for name, row in rows.items()
+                    if row.get("reliability_defined")
+                )
+                print(
+                    f"{r.name}: split-half reliability of the GSNR (0 noise, 1 stable), "
+                    f"median over variables {reliability:.2f}: {per}"
+                )
     print(
         f"total wall time {results.wall_time:.1f}s; wrote {results.results_path} and "
         f"{results.plot_path}"

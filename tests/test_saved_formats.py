@@ -1,0 +1,94 @@
+"""Saved formats written by an earlier release restore and continue bit for bit.
+
+The fixtures in ``tests/data/saved_formats/`` were written by commit 79c5f2b (the GSNR step
+as one module, before ``vrgd_tf/gsnr/`` became a package of stages) with
+``tests/data/saved_formats/make.py``, which also stored what that code computed next. Here
+today's code restores them and takes the same steps: the weights and every optimizer
+variable (the base's slots, the VRGD deficit, correction and statistics) must be equal to
+the stored ones exactly, on 2 replicas with ``beta_3 = 0.9``.
+"""
+
+import os
+import re
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import util
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "saved_formats")
+sys.path.insert(0, HERE)
+
+import make  # noqa: E402  (the fixtures' own data and steps)
+
+EXPECTED = dict(np.load(os.path.join(HERE, "expected.npz")))
+
+
+def _family(name):
+    import vrgd_tf
+
+    if name == "keras3":
+        return (lambda n, v: keras.Variable(v, name=n)), (lambda: vrgd_tf.VRGDLamb(0.01))
+    from vrgd_tf import tf_keras as vtk
+
+    return (lambda n, v: tf.Variable(v, name=n)), (lambda: vtk.VRGDLamb(0.01))
+
+
+def _plain(name):
+    """A variable's name without the scopes that depend on how it was made (the optimizer's
+    name scope of a tf_keras slot restored late; the model's name before a load)."""
+    return re.sub(r"^(VRGDLamb/)?(sequential_)?", "", name)
+
+
+class SavedFormatsTest(tf.test.TestCase):
+    def _assert_optimizer(self, prefix, optimizer):
+        values = {_plain(n): v for n, v in make.optimizer_values(optimizer).items()}
+        stored = {_plain(k[len(prefix) :]): v for k, v in EXPECTED.items() if k.startswith(prefix)}
+        self.assertEqual(sorted(values), sorted(stored))
+        self.assertTrue(any("vrgd_deficit" in name for name in stored))
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, stored[name], err_msg=name)
+
+    def _check_checkpoint(self, family):
+        make_variable, make_optimizer = _family(family)
+        strategy = util.strategy_for(2)
+        grads = {n: EXPECTED[f"grads/{n}"] for n in ("kernel", "bias")}
+        with strategy.scope():
+            variables = {n: make_variable(n, np.zeros_like(g[0, 0])) for n, g in grads.items()}
+            optimizer = make_optimizer()
+            if family == "keras3":
+                optimizer.build([variables[n] for n in sorted(variables)])
+        status = tf.train.Checkpoint(optimizer=optimizer, **variables).read(
+            os.path.join(HERE, f"{family}.ckpt")
+        )
+        status.assert_existing_objects_matched()  # tf_keras: slots restore when created
+        self.assertEqual(optimizer.beta_3, 0.9)
+        steps = range(make.STEPS_BEFORE, make.STEPS_BEFORE + make.STEPS_AFTER)
+        make.custom_steps(strategy, variables, optimizer, grads, steps)
+        for n, v in variables.items():
+            np.testing.assert_array_equal(v.numpy(), EXPECTED[f"{family}/{n}"], err_msg=n)
+        self._assert_optimizer(f"{family}/optimizer/", optimizer)
+        deficits = optimizer.vrgd_aggregator.state.deficits
+        self.assertTrue(all(np.abs(d.numpy()).max() > 0 for d in deficits))
+
+    def test_keras3_checkpoint_restores_and_continues_bit_for_bit(self):
+        self._check_checkpoint("keras3")
+
+    def test_tf_keras_checkpoint_restores_and_continues_bit_for_bit(self):
+        util.skip_without_tf_keras(self)
+        self._check_checkpoint("tf_keras")
+
+    def test_keras_file_loads_and_continues_bit_for_bit(self):
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            model = keras.models.load_model(os.path.join(HERE, "model.keras"))
+        model.fit(make.fit_data(EXPECTED["x"], EXPECTED["y"]), epochs=1, verbose=0)
+        for i, value in enumerate(model.get_weights()):
+            np.testing.assert_array_equal(value, EXPECTED[f"keras_file/weight/{i}"])
+        self._assert_optimizer("keras_file/optimizer/", model.optimizer)
+
+
+if __name__ == "__main__":
+    tf.test.main()

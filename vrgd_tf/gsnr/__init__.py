@@ -1,0 +1,105 @@
+"""GSNR statistics across replicas and the VRGD factor: the only place this math lives.
+
+Every VRGD optimizer, Keras 3 (:mod:`vrgd_tf.optimizers`) and tf_keras
+(:mod:`vrgd_tf.tf_keras`), reaches :func:`variance_reduce` through its
+:class:`vrgd_tf.GSNRAggregator` in the replica context, in place of the plain cross-replica
+SUM of the gradients, and hands the result to its unchanged base update rule.
+
+Source: G. Jiang et al., "Accelerating Large Batch Training via Gradient Signal to Noise Ratio
+(GSNR)", arXiv 2309.13681, Algorithm 1 and eqs. 7 to 10; GSNR as in J. Liu et al., ICLR 2020,
+eq. 2. The project's specification is ``docs/spec.md``.
+
+Per trainable variable, with ``x_d`` the gradient that sample ``d`` of ``k`` hands the
+optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for some unknown
+``c``) and all-reduces (SUM) of ``x`` and of ``x * x`` giving ``S1 = sum_d x_d`` and
+``S2 = sum_d x_d**2``:
+
+    mean    m   = S1 / k
+    var     s2  = S2 / k - m**2                       (biased, over samples, element-wise)
+    GSNR    r   = m**2 / s2  = S1**2 / (k * S2 - S1**2)   (eq. 7; ``c`` cancels)
+    factor  f   = clip(r / mean(r), gamma, 1)             (eqs. 8, 9)
+    output  u   = f * S1                                  (eq. 10: S1 is the base gradient)
+
+With ``beta_3 > 0`` the factor is smoothed per element before use (:mod:`.smoothing`).
+Undefined statistics give factor 1 (spec section 2): a step with fewer than 2 samples that
+contributed a nonzero gradient is the base step; elements whose variance is not resolvable
+in float32 (``s2 <= NOISE_RTOL * k * mean(x**2)``, including identical and all-zero
+gradients) or whose statistics are not finite get factor 1 and are left out of ``mean(r)``;
+a variable with no defined element, or whose ``mean(r)`` is 0 or not finite, gets factor 1.
+All arithmetic is float32 whatever the variable dtype; the result has the gradient's dtype.
+
+The step is a composition of small stages, each a module of this package:
+
+* :mod:`.options`: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
+  sparse_statistics), their checks and the noise thresholds;
+* :mod:`.layout`: one :class:`~.layout.Entry` per gradient (its path: dense, float64, sparse
+  rows, sparse as dense; its sizes; its state index), built once per trace;
+* :mod:`.samples`: what this replica sends, and the sums it gets back per entry;
+* :mod:`.collectives`: every collective of the step and nothing else;
+* :mod:`.sparse`: exact statistics of sparse gradients on the rows some replica touched;
+* :mod:`.factors`, :mod:`.smoothing`, :mod:`.statistics`: pure math;
+* :mod:`.halves`: the split-half reliability of the GSNR (a diagnostic; its subsample
+  travels in the first all-reduce, its values are computed at recording steps);
+* :mod:`.state`: :class:`VRGDState` and the one place that reads and commits it;
+* :mod:`.step`: :func:`variance_reduce`, the composition, returning the gradients with a
+  :class:`StepReport`.
+"""
+
+from vrgd_tf.gsnr.collectives import sum_with_squares
+from vrgd_tf.gsnr.factors import FactorContext
+from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF, SPLIT_HALF_FIELDS
+from vrgd_tf.gsnr.options import (
+    NOISE_RTOL,
+    NOISE_RTOL_BFLOAT16,
+    SPARSE_STATISTICS,
+    SQUARES_DTYPES,
+    GSNROptions,
+    noise_rtol,
+    validate_beta_3,
+    validate_factor_transforms,
+    validate_gamma,
+    validate_sparse_statistics,
+    validate_split_half_stride,
+    validate_squares_dtype,
+)
+from vrgd_tf.gsnr.smoothing import smooth_factor
+from vrgd_tf.gsnr.sparse import dense_gradient
+from vrgd_tf.gsnr.state import VRGDState
+from vrgd_tf.gsnr.statistics import (
+    NUM_STATISTICS,
+    STATISTICS_FIELDS,
+    GSNRStatistics,
+    gsnr_factor,
+    gsnr_factors_flat,
+)
+from vrgd_tf.gsnr.step import ReducedGradients, StepReport, variance_reduce
+
+__all__ = [
+    "NOISE_RTOL",
+    "NOISE_RTOL_BFLOAT16",
+    "NUM_SPLIT_HALF",
+    "NUM_STATISTICS",
+    "STATISTICS_FIELDS",
+    "SPARSE_STATISTICS",
+    "SPLIT_HALF_FIELDS",
+    "SQUARES_DTYPES",
+    "FactorContext",
+    "GSNROptions",
+    "GSNRStatistics",
+    "ReducedGradients",
+    "StepReport",
+    "VRGDState",
+    "dense_gradient",
+    "gsnr_factor",
+    "gsnr_factors_flat",
+    "noise_rtol",
+    "smooth_factor",
+    "sum_with_squares",
+    "validate_beta_3",
+    "validate_factor_transforms",
+    "validate_gamma",
+    "validate_sparse_statistics",
+    "validate_split_half_stride",
+    "validate_squares_dtype",
+    "variance_reduce",
+]

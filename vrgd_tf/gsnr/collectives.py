@@ -1,0 +1,158 @@
+"""Every collective of the GSNR step, and nothing else (spec section 1).
+
+A step makes, in this order and outside any ``tf.cond`` (so it compiles with XLA and runs
+under ``TPUStrategy``):
+
+1. one ``all_reduce(SUM)`` of the float32 gradients of the all-reduced entries (one tensor
+   per variable; the strategy packs them as it packs a base optimizer's gradients), this
+   replica's count of contributing samples (one float32 scalar), with the split-half
+   reliability on (``split_half_stride``) the subsample ``[x, q]`` masked to half A (one
+   float32 tensor, :mod:`vrgd_tf.gsnr.halves`), and the ``tf.IndexedSlices`` of the
+   sparse gradients on the dense path (the strategy's own sparse SUM);
+2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``): a call
+   of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's dense tensors
+   into one buffer of one dtype, and one buffer of both took twice as long as two calls
+   over its RING collective (``docs/results.md``);
+3. if there are float64 gradients, one ``all_reduce(SUM)`` of them in float64;
+4. if there are sparse gradients on the exact rows path, one ``all_gather(axis=0)`` of their
+   indices and rows packed with squares (and of the count, if no call 1 carries it).
+
+With one sample per step there is no GSNR: :func:`sum_plain` is the base's own all-reduce.
+:func:`sum_with_squares` makes calls 1 and 2 for callers that hold flat buffers.
+:func:`all_replicas_finite` is the loss-scale optimizers' all-reduced finiteness flag.
+"""
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from vrgd_tf.gsnr.options import validate_squares_dtype
+from vrgd_tf.gsnr.samples import Local
+from vrgd_tf.gsnr.sparse import dense_gradient
+
+__all__ = [
+    "Reduced",
+    "all_reduce_samples",
+    "sum_plain",
+    "sum_with_squares",
+    "all_replicas_finite",
+]
+
+_SUM = tf.distribute.ReduceOp.SUM
+
+
+class Reduced(NamedTuple):
+    """What the collectives of one step returned (fields as in
+    :class:`vrgd_tf.gsnr.samples.Local`, summed over the replicas; ``rows`` gathered)."""
+
+    gradients: Tuple[tf.Tensor, ...]
+    squares: Tuple[tf.Tensor, ...]
+    sparse: Tuple[object, ...]
+    wide: Tuple[tf.Tensor, ...]
+    rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
+    count: Optional[tf.Tensor]
+    half: Optional[tf.Tensor] = None
+
+
+def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -> Reduced:
+    """The collectives of one GSNR step (see the module docstring), in their fixed order.
+
+    Args:
+      local: this replica's :class:`vrgd_tf.gsnr.samples.Local`.
+      replica_context: the ``tf.distribute.ReplicaContext``.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in
+        (returned as float32).
+    """
+    ctx = replica_context
+    gradients, squares, sparse, count, half = (), (), (), local.count, None
+    if local.gradients:
+        extra = [count] + ([] if local.half is None else [local.half])
+        first = ctx.all_reduce(_SUM, list(local.gradients) + extra + list(local.sparse))
+        n, m = len(local.gradients), len(extra)
+        gradients, count, sparse = tuple(first[:n]), first[n], tuple(first[n + m :])
+        half = None if local.half is None else first[n + 1]
+        wire = tf.bfloat16 if squares_dtype == "bfloat16" else tf.float32
+        sq = ctx.all_reduce(_SUM, [tf.cast(q, wire) for q in local.squares])
+        squares = tuple(tf.cast(q, tf.float32) for q in sq)
+    wide = tuple(ctx.all_reduce(_SUM, list(local.wide))) if local.wide else ()
+    rows = ()
+    if local.rows:
+        flat = [t for pair in local.rows for t in pair]
+        if not local.gradients:
+            flat.append(tf.reshape(count, [1]))
+        gathered = ctx.all_gather(flat, axis=0)
+        pairs = gathered[: 2 * len(local.rows)]
+        rows = tuple(zip(pairs[0::2], pairs[1::2]))
+        if not local.gradients:
+            count = tf.reduce_sum(gathered[-1])
+    return Reduced(gradients, squares, sparse, wide, rows, count, half)
+
+
+def sum_plain(grads, replica_context):
+    """The base optimizer's all-reduce (SUM) of ``grads`` (a list), for a step without a
+    GSNR (one sample)."""
+    return replica_context.all_reduce(_SUM, list(grads)) if grads else []
+
+
+def all_replicas_finite(finite, replica_context) -> tf.Tensor:
+    """Whether ``finite`` (this replica's scalar bool) holds on every replica: one scalar
+    all-reduce, or ``finite`` itself on one replica."""
+    if replica_context is None or replica_context.num_replicas_in_sync == 1:
+        return finite
+    not_finite = replica_context.all_reduce(_SUM, 1.0 - tf.cast(finite, tf.float32))
+    return tf.equal(not_finite, 0.0)
+
+
+def sum_with_squares(
+    grads: Sequence,
+    *,
+    replica_context,
+    sq_sums: Optional[Sequence] = None,
+    squares_dtype: str = "float32",
+):
+    """VRGD's two dense collectives for a list of gradients: their SUM, then their squares'.
+
+    The first ``replica_context.all_reduce`` carries the float32 gradients (flattened, one
+    tensor each) and, for the ``tf.IndexedSlices`` ones, the strategy's own sparse SUM of
+    their rows; the second the squares (``x**2`` or the given ``sq_sums``), in float32 or,
+    with ``squares_dtype="bfloat16"``, rounded to bfloat16, summed in that dtype and returned
+    as float32. The gradient sums are float32 and as exact as without VRGD either way.
+
+    Args:
+      grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
+        none of them None.
+      replica_context: the ``tf.distribute.ReplicaContext`` to all-reduce in.
+      sq_sums: None, or ``n`` dense tensors of the gradients' shapes.
+      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
+
+    Returns:
+      ``(s1, s2, sizes, dense, sparse_sums)``: float32 ``[N]`` sums of ``x`` and of ``q``
+      (the variables concatenated); the ``n`` element counts; the dense gradients; the
+      all-reduced sparse gradients, in the order they appear in ``grads``.
+
+    Raises:
+      ValueError: a gradient without a static shape, or ``sq_sums`` of other shapes.
+    """
+    dense = [dense_gradient(g) for g in grads]
+    sizes = [d.shape.num_elements() for d in dense]
+    if any(n is None for n in sizes):
+        raise ValueError(
+            "VRGD needs gradients with static shapes (as XLA and TPUs do); got "
+            f"shapes {[d.shape for d in dense]}."
+        )
+    flat = [tf.reshape(tf.cast(d, tf.float32), [-1]) for d in dense]
+    if sq_sums is None:
+        squares = [tf.square(x) for x in flat]
+    else:
+        squares = [tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums]
+        if sum(q.shape.num_elements() for q in squares) != sum(sizes):
+            raise ValueError(
+                f"`sq_sums` must have the gradients' shapes ({sum(sizes)} elements in all)."
+            )
+    wire = tf.bfloat16 if validate_squares_dtype(squares_dtype) == "bfloat16" else tf.float32
+    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
+    first = replica_context.all_reduce(_SUM, flat + sparse)
+    sq = replica_context.all_reduce(_SUM, [tf.cast(q, wire) for q in squares])
+    s1 = tf.concat(first[: len(flat)], 0)
+    s2 = tf.concat([tf.cast(q, tf.float32) for q in sq], 0)
+    return s1, s2, sizes, dense, list(first[len(flat) :])

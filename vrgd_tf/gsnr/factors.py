@@ -1,0 +1,100 @@
+"""The VRGD factor of one variable from its sums over the samples (eqs. 7 to 9), and the
+public ``factor_transforms`` slot applied to it. Pure functions, no collective, no state.
+
+In units of ``k``: ``signal = S1**2 / k = k m**2`` and ``noise = S2 - S1**2 / k = k s2``, so
+``r = signal / noise``, and ``s2 > rtol * k * mean(x**2)`` is ``noise > rtol * k * S2``
+(``rtol``: :data:`~vrgd_tf.gsnr.NOISE_RTOL`, or :data:`~vrgd_tf.gsnr.NOISE_RTOL_BFLOAT16` for
+squares all-reduced in bfloat16). The comparison is False for NaN and for an overflowed square
+or ``S2`` (noise -Inf, NaN or +Inf > +Inf), so it is also the finiteness test; where it is
+False the ratio divides by 1 instead, so no Inf or NaN is ever formed.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+__all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
+
+
+class Factor(NamedTuple):
+    """One variable's raw factor and the per-variable values the diagnostics reuse.
+
+    Attributes:
+      factor: float32 ``[size]``, in ``[gamma, 1]``; exactly 1 where the GSNR is undefined
+        and everywhere in a variable with no usable mean.
+      mean_ratio: float32 scalar, ``mean(r)`` over the elements with a defined GSNR; 0 if
+        there is none.
+      num_defined: float32 scalar, the number of those elements.
+    """
+
+    factor: tf.Tensor
+    mean_ratio: tf.Tensor
+    num_defined: tf.Tensor
+
+
+def clip(x, low, high=1.0) -> tf.Tensor:
+    """``min(max(x, low), high)`` in one kernel (``tf.clip_by_value`` is two): the same
+    values for every non-NaN ``x``."""
+    return tf.raw_ops.ClipByValue(
+        t=x,
+        clip_value_min=tf.constant(low, x.dtype),
+        clip_value_max=tf.constant(high, x.dtype),
+    )
+
+
+def factor(s1, s2, k, gamma, threshold) -> Factor:
+    """The factor ``clip(r / mean(r), gamma, 1)`` of one variable (eqs. 7 to 9).
+
+    Args:
+      s1: float32 ``[size]``, ``S1 = sum_d x_d`` over the ``k`` samples.
+      s2: float32 ``[size]``, ``S2 = sum_d x_d**2``.
+      k: the number of samples, a Python number or a float32 scalar tensor (> 0).
+      gamma: Python float in (0, 1].
+      threshold: float32 scalar (or Python float), ``rtol * k``: an element's GSNR is
+        defined where ``S2 - S1**2 / k > threshold * S2``. ``+Inf`` makes none defined
+        (factor 1 everywhere: a step without a GSNR).
+
+    Returns:
+      :class:`Factor`.
+    """
+    signal = tf.square(s1) * (1.0 / k)
+    noise = s2 - signal
+    defined = noise > threshold * s2
+    ratio = tf.where(defined, signal / tf.where(defined, noise, 1.0), 0.0)
+    num_defined = tf.reduce_sum(tf.cast(defined, tf.float32))
+    mean_ratio = tf.math.divide_no_nan(tf.reduce_sum(ratio), num_defined)
+    usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
+    safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
+    # A scalar 1.0, not ones_like: no tensor of ones is made.
+    raw = tf.where(defined & usable, clip(ratio / safe_mean_ratio, gamma), 1.0)
+    return Factor(raw, mean_ratio, num_defined)
+
+
+class FactorContext(NamedTuple):
+    """What a factor transform (``factor_transforms``) knows about one variable's factor.
+
+    Attributes:
+      index: int, the variable's position in the gradients handed to the step.
+      variable: the trainable variable.
+      summed: float32 ``[size]``, ``S1`` (the gradient summed over the ``k`` samples) on
+        the factor's elements, flattened in the factor's order.
+      summed_squares: float32 ``[size]``, ``S2`` (the sum of the samples' squares) there.
+      num_samples: int, ``k``, the GSNR samples of the step (replicas x groups).
+      step: None or a scalar int tensor, the steps completed before this one.
+    """
+
+    index: int
+    variable: object
+    summed: tf.Tensor
+    summed_squares: tf.Tensor
+    num_samples: int
+    step: object
+
+
+def transform(transforms, applied, context: FactorContext) -> tf.Tensor:
+    """``applied`` (float32 ``[size]``) after each of ``transforms`` in order; each result
+    is cast to float32 and reshaped to ``[size]``."""
+    size = applied.shape.num_elements()
+    for fn in transforms:
+        applied = tf.reshape(tf.cast(fn(applied, context), tf.float32), [size])
+    return applied

@@ -1,0 +1,135 @@
+"""What one replica sends to the GSNR step's collectives, and the sums it gets back, per entry.
+
+Pure functions around :mod:`vrgd_tf.gsnr.collectives`: :func:`local_samples` prepares this
+replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
+sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
+into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.layout.Layout`.
+
+Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
+when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN);
+a replica
+without examples (the last short batch without ``drop_remainder=True``) sends zeros and does
+not count. The count travels in the first all-reduce call, as one more float32 scalar.
+"""
+
+from typing import NamedTuple, Optional, Tuple
+
+import tensorflow as tf
+
+from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr import sparse
+
+__all__ = ["Local", "Summed", "local_samples", "assemble"]
+
+
+class Local(NamedTuple):
+    """This replica's contribution to one step.
+
+    Attributes:
+      gradients: float32 flat ``[size]`` per all-reduced entry (``DENSE``, ``FLOAT64``,
+        ``SPARSE_DENSE``, in layout order).
+      squares: float32 flat ``[size]``, their squares or the given sums of squares.
+      sparse: the ``tf.IndexedSlices`` of the ``SPARSE_DENSE`` entries (the strategy's own
+        sparse SUM carries their rows).
+      wide: the float64 gradients of the ``FLOAT64`` entries (summed in float64 too).
+      rows: ``(indices, packed)`` per ``SPARSE_ROWS`` entry (:func:`sparse.local_rows`).
+      count: float32 scalar, this replica's contributing samples: ``m`` or 0.
+      half: None, or float32 ``[2 M]``: the split-half subsample ``[x, q]`` masked to half
+        A (:func:`vrgd_tf.gsnr.halves.local_half`), carried by the first all-reduce.
+    """
+
+    gradients: Tuple[tf.Tensor, ...]
+    squares: Tuple[tf.Tensor, ...]
+    sparse: Tuple[tf.IndexedSlices, ...]
+    wide: Tuple[tf.Tensor, ...]
+    rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
+    count: tf.Tensor
+    half: Optional[tf.Tensor] = None
+
+
+class Summed(NamedTuple):
+    """The sums over all samples, per entry of the layout (None where not applicable).
+
+    Attributes:
+      s1: float32 flat ``[size]`` per entry, ``S1 = sum_d x_d`` (on a ``SPARSE_ROWS``
+        entry, on its slots).
+      s2: float32 flat ``[size]`` per entry, ``S2 = sum_d x_d**2``.
+      rows: :class:`vrgd_tf.gsnr.sparse.SparseRows` of ``SPARSE_ROWS`` entries.
+      sparse: the strategy's SUM of ``SPARSE_DENSE`` entries' ``tf.IndexedSlices``.
+      wide: float64 sums of ``FLOAT64`` entries.
+      count: float32 scalar, the contributing samples ``k`` of the step.
+      half: None, or float32 ``[2 M]``: half A's sums of the split-half subsample
+        (``[S1_A, S2_A]``, :mod:`vrgd_tf.gsnr.halves`).
+    """
+
+    s1: Tuple[tf.Tensor, ...]
+    s2: Tuple[tf.Tensor, ...]
+    rows: Tuple[Optional[sparse.SparseRows], ...]
+    sparse: Tuple[Optional[object], ...]
+    wide: Tuple[Optional[tf.Tensor], ...]
+    count: tf.Tensor
+    half: Optional[tf.Tensor] = None
+
+
+def _dense_float32(grad, entry) -> tf.Tensor:
+    if isinstance(grad, tf.IndexedSlices):
+        grad = sparse.densify(grad, entry.shape)
+    return tf.reshape(tf.cast(grad, tf.float32), [-1])
+
+
+def local_samples(layout, grads, sq_sums=None) -> Local:
+    """This replica's :class:`Local` for the step (pure).
+
+    Args:
+      layout: the step's :class:`~vrgd_tf.gsnr.layout.Layout`.
+      grads: the ``n`` gradients, in layout order.
+      sq_sums: None, or ``n`` dense tensors: the sums over the micro-batch groups of the
+        squared gradients (then the squares are not taken here).
+    """
+    reduced = layout.on(*layout_lib.ALL_REDUCED)
+    gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
+    if sq_sums is None:
+        squares = tuple(tf.square(x) for x in gradients)
+    else:
+        squares = tuple(tf.reshape(tf.cast(sq_sums[e.position], tf.float32), [-1]) for e in reduced)
+    rows = tuple(
+        sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
+    )
+    peaks = [tf.reduce_max(q) for q in squares if q.shape.num_elements()]
+    peaks += [tf.reduce_max(p) for _, p in rows]
+    # "not <= 0" rather than "> 0": a NaN square (a non-finite gradient) counts, so such a
+    # step keeps its k and is only told apart by its non-finite sums.
+    nonzero = tf.reduce_any(~(tf.stack(peaks) <= 0.0)) if peaks else tf.constant(False)
+    return Local(
+        gradients=gradients,
+        squares=squares,
+        sparse=tuple(grads[e.position] for e in layout.on(layout_lib.SPARSE_DENSE)),
+        wide=tuple(grads[e.position] for e in layout.on(layout_lib.FLOAT64)),
+        rows=rows,
+        count=tf.cast(nonzero, tf.float32) * float(layout.num_groups),
+    )
+
+
+def assemble(layout, grads, reduced) -> Summed:
+    """The :class:`Summed` record from what the collectives returned (pure).
+
+    Args:
+      layout: the step's layout.
+      grads: the ``n`` gradients (for the sparse rows' dtype and dense shape).
+      reduced: :class:`vrgd_tf.gsnr.collectives.Reduced`.
+    """
+    n = len(layout.entries)
+    s1, s2, rows, sums, wide = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
+    all_reduced = layout.on(*layout_lib.ALL_REDUCED)
+    for e, a, b in zip(all_reduced, reduced.gradients, reduced.squares):
+        s1[e.position], s2[e.position] = a, b
+    for e, r in zip(layout.on(layout_lib.SPARSE_DENSE), reduced.sparse):
+        sums[e.position] = r
+    for e, w in zip(layout.on(layout_lib.FLOAT64), reduced.wide):
+        wide[e.position] = w
+    for e, (indices, packed) in zip(layout.on(layout_lib.SPARSE_ROWS), reduced.rows):
+        r = sparse.union_rows(grads[e.position], e.shape, indices, packed)
+        s1[e.position], s2[e.position], rows[e.position] = r.s1, r.s2, r
+    return Summed(
+        tuple(s1), tuple(s2), tuple(rows), tuple(sums), tuple(wide), reduced.count, reduced.half
+    )

@@ -1,0 +1,209 @@
+"""VRGD's per-variable state, and the one place the GSNR step reads and commits it.
+
+:func:`read` gives the factor momentum's previous values per entry of the step's layout;
+:func:`commit` writes the new ones and :func:`record` the diagnostics, each in a ``tf.cond``
+on a predicate the step computes (finite sums, a GSNR this step, a recording step). Nothing
+else of the step touches a variable.
+"""
+
+from typing import Callable, List, NamedTuple, Sequence, Tuple
+
+import tensorflow as tf
+
+from vrgd_tf import naming
+from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS
+
+__all__ = [
+    "VRGDState",
+    "Previous",
+    "read",
+    "commit",
+    "record",
+    "untouched_statistics",
+    "replica_local_variable",
+]
+
+
+def replica_local_variable(shape, name) -> tf.Variable:
+    """A zero float32, non-trainable, ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` of
+    ``shape``, made in the current strategy's scope and tracked by nobody."""
+    return tf.Variable(
+        tf.zeros(shape, tf.float32),
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        name=name,
+    )
+
+
+class VRGDState:
+    """The per-variable state of VRGD, created by the optimizer's ``build``.
+
+    Per trainable variable: ``deficit`` (float32, the variable's shape; only if
+    ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
+    ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see
+    :class:`vrgd_tf.gsnr.GSNRStatistics`), and ``split_half`` (float32 ``[NUM_SPLIT_HALF]``,
+    :data:`vrgd_tf.gsnr.halves.SPLIT_HALF_FIELDS`: the last recording step's split-half
+    reliability).
+
+    ``split_half`` is made by :func:`replica_local_variable`, not by ``make_variable``: no
+    optimizer, module or checkpoint tracks it, so the saved formats (checkpoints, ``.keras``
+    files, whose Keras 3 loader refuses a different count of optimizer variables) are those
+    of the state without it, and after a restore it reads "undefined" until the next
+    recording step (a diagnostic of this process's last recording step, never a restored
+    value).
+
+    All of them are replica-local (``synchronization=ON_READ``,
+    ``aggregation=ONLY_FIRST_REPLICA``): every replica computes the same values from the
+    same all-reduced sums and writes its own copy in the replica context, with no merge call
+    or extra communication. Reads in the cross-replica context and checkpoints take the
+    first replica's copy; a restore writes every copy.
+
+    Args:
+      make_variable: ``fn(kind, index, shape, reference_variable) -> variable`` that creates
+        a float32, zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable
+        tracked by the optimizer; ``kind`` is ``"statistics"``, ``"deficit"`` or
+        ``"correction"`` and ``index`` the variable's position. Supplied by each family.
+      var_key: ``fn(variable) -> hashable`` identifying a trainable variable, the same key
+        the optimizer family uses for its slots.
+      beta_3: Python float in [0, 1).
+    """
+
+    def __init__(self, make_variable: Callable, var_key: Callable, beta_3: float):
+        self._make_variable = make_variable
+        self._var_key = var_key
+        self._beta_3 = beta_3
+        self._index = {}
+        self.deficits: List = []
+        self.corrections: List = []
+        self.statistics: List = []
+        self.split_half: List = []
+        self.variable_names: List[str] = []
+
+    def add_variables(self, variables: Sequence) -> None:
+        """Creates the state of the variables not seen before, in the given order."""
+        for var in variables:
+            key = self._var_key(var)
+            if key in self._index:
+                continue
+            i = len(self.variable_names)
+            self._index[key] = i
+            self.variable_names.append(naming.variable_name(var))
+            self.statistics.append(self._make_variable("statistics", i, [NUM_STATISTICS], var))
+            self.split_half.append(replica_local_variable([NUM_SPLIT_HALF], f"vrgd_split_half_{i}"))
+            if self._beta_3 > 0.0:
+                self.deficits.append(self._make_variable("deficit", i, var.shape, var))
+                self.corrections.append(self._make_variable("correction", i, [], var))
+
+    def __contains__(self, variable) -> bool:
+        """Whether ``variable`` has state here."""
+        return self._var_key(variable) in self._index
+
+    def index(self, variable) -> int:
+        """Position of ``variable`` in the lists of state; KeyError if unknown."""
+        return self._index[self._var_key(variable)]
+
+
+class Previous(NamedTuple):
+    """The factor momentum before this step, per entry: ``deficits`` float32 ``[size]``
+    (a sparse entry's slot rows, 0 in empty slots) and ``corrections`` float32 scalars."""
+
+    deficits: Tuple[tf.Tensor, ...]
+    corrections: Tuple[tf.Tensor, ...]
+
+
+def _gather_rows(deficit, rows) -> tf.Tensor:
+    """float32 ``[M * width]``: the slots' rows of ``deficit``; 0 in empty slots."""
+    got = tf.reshape(tf.gather(deficit, rows.safe_indices()), [-1, rows.width])
+    return tf.reshape(tf.where(rows.valid[:, None], got, 0.0), [-1])
+
+
+def read(layout, state, rows) -> Previous:
+    """The momentum state of every entry (``beta_3 > 0``); ``rows`` are the step's
+    :class:`vrgd_tf.gsnr.sparse.SparseRows` per entry (None on other paths)."""
+    deficits = []
+    for e, r in zip(layout.entries, rows):
+        deficit = state.deficits[e.state_index]
+        if e.path == layout_lib.SPARSE_ROWS:
+            deficits.append(_gather_rows(deficit, r))
+        else:
+            deficits.append(tf.reshape(deficit, [-1]))
+    corrections = [tf.convert_to_tensor(state.corrections[e.state_index]) for e in layout.entries]
+    return Previous(tuple(deficits), tuple(corrections))
+
+
+def _update_rows(deficit, rows, new_rows, decay) -> None:
+    """``deficit *= decay`` (rows no replica touched: ``d_t = beta_3 d_{t-1}``, what the
+    dense path's factor 1 gives), then the touched rows set to ``new_rows``.
+
+    The decay is a dense ``assign`` (one transient tensor of the variable's shape per
+    replica outside XLA; XLA updates in place). An in-place ``ResourceScatterMul`` of every
+    row by the scalar saves that tensor but was 3 to 5 times slower on CPU (1M x 32 rows),
+    and a lazy per-row decay needs a per-row step counter (new state).
+    """
+    deficit.assign(deficit * decay)
+    new_rows = tf.reshape(new_rows, [-1, rows.width])
+    new_rows = tf.where(rows.valid[:, None], new_rows, new_rows[:1])  # empty slots: slot 0
+    new_rows = tf.reshape(new_rows, [-1] + rows.row_shape.as_list())
+    tf.raw_ops.ResourceScatterUpdate(
+        resource=deficit.handle, indices=rows.safe_indices(), updates=new_rows
+    )
+
+
+def commit(layout, state, deficits, corrections, rows, beta_3, predicate) -> None:
+    """Writes the new momentum state (``d_t`` per entry, ``c_t``) if ``predicate``.
+
+    A branch, not a select between the new and the old deficit (which would keep a third
+    tensor of every variable's size alive). The deficits are written before the
+    corrections, in layout order.
+    """
+
+    def store():
+        for e, r, d in zip(layout.entries, rows, deficits):
+            var = state.deficits[e.state_index]
+            if e.path == layout_lib.SPARSE_ROWS:
+                _update_rows(var, r, d, beta_3)
+            else:
+                var.assign(tf.reshape(d, var.shape))
+        for e, c in zip(layout.entries, corrections):
+            state.corrections[e.state_index].assign(c)
+        return tf.constant(True)
+
+    tf.cond(predicate, store, lambda: tf.constant(False))
+
+
+def untouched_statistics(state, entry, rows, correction) -> tf.Tensor:
+    """float32 ``[2]``: what a sparse entry's rows outside its slots add to the count of
+    elements at factor 1 and to the sum of the applied factor (the dense path's values for
+    them: factor 1, and ``1 - d_t / c_t`` if ``beta_3 > 0``; ``correction`` is ``c_t`` or
+    None). Empty slots already count as 1 in both, hence ``num_rows - M`` rows (may be
+    negative) and the committed deficit's sums."""
+    missing = tf.constant(float(entry.statistics_size - entry.size))
+    applied = missing
+    if correction is not None:
+        deficit = state.deficits[entry.state_index]
+        touched = tf.reduce_sum(_gather_rows(deficit, rows))
+        untouched = tf.reduce_sum(tf.convert_to_tensor(deficit)) - touched
+        applied = applied - untouched / correction
+    return tf.stack([missing, applied])
+
+
+def record(
+    state, indices, make_rows: Callable[[], tf.Tensor], predicate, kind: str = "statistics"
+) -> None:
+    """Writes ``make_rows()`` (float32 ``[n, NUM_STATISTICS]``, or ``[n, NUM_SPLIT_HALF]``
+    for ``kind="split_half"``; run inside the branch) into the state ``kind`` of the ``n``
+    state ``indices`` if ``predicate`` (a Python bool or a scalar bool tensor)."""
+    targets = getattr(state, kind)
+
+    def write():
+        for i, row in zip(indices, tf.unstack(make_rows(), num=len(indices))):
+            targets[i].assign(row)
+        return tf.constant(True)
+
+    if predicate is True:
+        write()
+    elif predicate is not False:
+        tf.cond(predicate, write, lambda: tf.constant(False))

@@ -1,0 +1,337 @@
+"""The GSNR step: :func:`variance_reduce`, the composition of the stages.
+
+layout (Python, once per trace) -> this replica's samples -> the collectives -> the sums per
+entry -> factors -> smoothing (reads and commits the momentum state) -> factor transforms ->
+diagnostics (recorded) -> output ``f * S1``. It returns the gradients with a
+:class:`StepReport`; the caller (:class:`vrgd_tf.GSNRAggregator`) turns the report into
+warnings.
+"""
+
+from typing import List, NamedTuple, Optional, Sequence
+
+import tensorflow as tf
+
+from vrgd_tf.gsnr import collectives, halves, smoothing, sparse
+from vrgd_tf.gsnr import factors as factors_lib
+from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr import samples as samples_lib
+from vrgd_tf.gsnr import state as state_lib
+from vrgd_tf.gsnr.options import NOISE_RTOL, GSNROptions
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS, statistics
+
+__all__ = ["StepReport", "ReducedGradients", "variance_reduce"]
+
+_INF = float("inf")
+
+
+class StepReport(NamedTuple):
+    """What one GSNR step tells its caller (no warning is emitted by the step itself).
+
+    Attributes:
+      num_samples: int, the static ``k`` of the step: replicas in sync x micro-batch groups.
+      samples: float32 scalar tensor, the samples that contributed a nonzero gradient (the
+        ``k`` of the statistics); ``num_samples`` as a Python int on a one-sample step.
+      active: scalar bool tensor, whether the step had a GSNR (``samples >= 2``); False on a
+        one-sample step.
+      finite: scalar bool tensor, whether every summed gradient was finite (the state was
+        committed); None on a one-sample step (not computed).
+      inert: scalar bool tensor: a finite step with a GSNR in which no element of any
+        variable had a defined one (every replica sent the same or an all-zero gradient):
+        the step was the base optimizer's. False on a one-sample step.
+    """
+
+    num_samples: int
+    samples: object
+    active: object
+    finite: Optional[tf.Tensor]
+    inert: object
+
+    @property
+    def too_few_samples(self):
+        """Scalar bool: a finite step of ``num_samples >= 2`` in which fewer than 2 samples
+        contributed (replicas without examples): the step was the base optimizer's."""
+        if self.finite is None:
+            return False
+        return tf.logical_and(self.finite, tf.logical_not(self.active))
+
+
+class ReducedGradients(list):
+    """The list of variance-reduced gradients, with the step's :class:`StepReport` as
+    ``report`` (a plain ``list`` everywhere else: indexing, unpacking, ``tf.nest``)."""
+
+    def __init__(self, gradients=(), report: Optional[StepReport] = None):
+        super().__init__(gradients)
+        self.report = report
+
+
+def _checked_context(grads, sq_sums, num_groups, replica_context):
+    """The replica context; the one check per step of the context, ``num_groups`` and
+    ``sq_sums``."""
+    ctx = replica_context or tf.distribute.get_replica_context()
+    if ctx is None:
+        raise RuntimeError(
+            "The GSNR step (vrgd_tf.gsnr.variance_reduce) must run in a replica context "
+            "(inside `strategy.run` or `model.fit`), not in a cross-replica context."
+        )
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+        raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
+    if num_groups > 1 and sq_sums is None:
+        raise ValueError(
+            f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
+            "gradients) is required when `num_groups` > 1."
+        )
+    if sq_sums is not None and len(sq_sums) != len(grads):
+        raise ValueError(
+            f"`sq_sums` must hold one tensor per gradient: got {len(sq_sums)} for "
+            f"{len(grads)} gradients."
+        )
+    return ctx
+
+
+def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
+    """One sample (or no gradient): the base's all-reduce; a recording step stores zeros."""
+    if state is not None and grads:
+        indices = [state.index(v) for v in variables]
+        zeros = lambda: tf.zeros([len(indices), NUM_STATISTICS])  # noqa: E731
+        state_lib.record(state, indices, zeros, record_statistics)
+        undefined = lambda: tf.zeros([len(indices), halves.NUM_SPLIT_HALF])  # noqa: E731
+        state_lib.record(state, indices, undefined, record_statistics, kind="split_half")
+    report = StepReport(num_samples, num_samples, False, None, False)
+    return ReducedGradients(collectives.sum_plain(grads, ctx), report)
+
+
+def _factors(layout, summed, k, active, options) -> List[factors_lib.Factor]:
+    """Per entry, the raw factor; none is defined on a step without a GSNR (threshold Inf).
+    The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
+    out = []
+    for e, s1, s2 in zip(layout.entries, summed.s1, summed.s2):
+        rtol = NOISE_RTOL if e.path == layout_lib.SPARSE_ROWS else options.rtol
+        threshold = tf.where(active, rtol * k, _INF)
+        out.append(factors_lib.factor(s1, s2, k, options.gamma, threshold))
+    return out
+
+
+def _smoothed(layout, state, summed, raw, active, finite, options):
+    """``(applied, c_t)``: the factors after the momentum (``beta_3 > 0``; the state is
+    committed on a finite step with a GSNR), else the raw factors and None."""
+    if options.beta_3 == 0.0:
+        return list(raw), None
+    beta_3, gamma = options.beta_3, options.gamma
+    previous = state_lib.read(layout, state, summed.rows)
+    corrections = [smoothing.next_correction(c, beta_3) for c in previous.corrections]
+    applied, deficits = [], []
+    for f, d, c in zip(raw, previous.deficits, corrections):
+        p_hat, new_deficit = smoothing.smooth(f, d, tf.where(active, c, _INF), beta_3, gamma)
+        applied.append(p_hat)
+        deficits.append(new_deficit)
+    predicate = tf.logical_and(finite, active)
+    state_lib.commit(layout, state, deficits, corrections, summed.rows, beta_3, predicate)
+    return applied, corrections
+
+
+def _transformed(layout, summed, applied, variables, options, step):
+    """The applied factors after ``options.factor_transforms`` (:class:`FactorContext`)."""
+    if not options.factor_transforms:
+        return applied
+    out = []
+    for e, a, s1, s2 in zip(layout.entries, applied, summed.s1, summed.s2):
+        context = factors_lib.FactorContext(
+            e.position, variables[e.position], s1, s2, layout.num_samples, step
+        )
+        out.append(factors_lib.transform(options.factor_transforms, a, context))
+    return out
+
+
+def _record(layout, state, summed, factors, applied, corrections, report, record, gamma):
+    """Records the diagnostics on a recording step with finite sums: its statistics, or
+    zeros on a step without a GSNR."""
+    if record is False:
+        return
+    predicate = report.finite if record is True else tf.logical_and(record, report.finite)
+
+    k = tf.maximum(report.samples, 1.0)
+
+    def rows():
+        extra = None
+        if layout.on(layout_lib.SPARSE_ROWS):
+            extra = tf.stack(
+                [
+                    state_lib.untouched_statistics(
+                        state, e, r, None if corrections is None else corrections[i]
+                    )
+                    if e.path == layout_lib.SPARSE_ROWS
+                    else tf.zeros([2])
+                    for i, (e, r) in enumerate(zip(layout.entries, summed.rows))
+                ]
+            )
+        sizes = [e.statistics_size for e in layout.entries]
+        values = statistics(summed.s1, factors, applied, k=k, gamma=gamma, sizes=sizes, extra=extra)
+        return tf.where(report.active, values, 0.0)
+
+    state_lib.record(state, [e.state_index for e in layout.entries], rows, predicate)
+
+
+def _record_split_half(layout, state, summed, plan, report, record, rtol):
+    """Records the split-half reliability on a recording step with finite sums: measured
+    where the plan is and every one of the ``k`` samples contributed (the halves' sample
+    counts are static), else undefined rows (zeros)."""
+    if record is False:
+        return
+    predicate = report.finite if record is True else tf.logical_and(record, report.finite)
+    n = len(layout.entries)
+
+    def rows():
+        if plan is None:
+            return tf.zeros([n, halves.NUM_SPLIT_HALF])
+        complete = tf.equal(report.samples, float(plan.num_samples))
+        return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
+
+    indices = [e.state_index for e in layout.entries]
+    state_lib.record(state, indices, rows, predicate, kind="split_half")
+
+
+def _outputs(layout, summed, applied) -> List:
+    """``f * S1`` per entry, in the gradient's kind, shape and dtype (see
+    :func:`variance_reduce`)."""
+    out = []
+    for e, s1, f, rows, sums, wide in zip(
+        layout.entries, summed.s1, applied, summed.rows, summed.sparse, summed.wide
+    ):
+        if e.path == layout_lib.SPARSE_ROWS:
+            out.append(rows.output(f))
+        elif e.path == layout_lib.SPARSE_DENSE:
+            out.append(sparse.scale_rows(sums, tf.reshape(f, e.shape)))
+        elif e.path == layout_lib.FLOAT64:
+            # S1 summed in float64 too: exactly the base's sum (a finite float64 value
+            # beyond float32's range stays finite); the factor is from float32 statistics.
+            out.append(tf.cast(tf.reshape(f, e.shape), tf.float64) * wide)
+        else:
+            out.append(tf.cast(tf.reshape(f * s1, e.shape), e.dtype))
+    return out
+
+
+def variance_reduce(
+    grads: Sequence,
+    variables: Sequence,
+    *,
+    state: Optional[state_lib.VRGDState],
+    replica_context: Optional[tf.distribute.ReplicaContext] = None,
+    record_statistics=True,
+    step=None,
+    sq_sums: Optional[Sequence] = None,
+    num_groups: int = 1,
+    **options,
+) -> ReducedGradients:
+    """All-reduces gradients with their squares and returns the variance-reduced gradients.
+
+    Call in the replica context, where the base optimizer would all-reduce (SUM) its
+    gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
+    (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
+    ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
+    (``sq_sums`` None) the squares are taken here.
+
+    The collectives (:mod:`vrgd_tf.gsnr.collectives`, outside any ``tf.cond``): one
+    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable), this replica's
+    count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
+    path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
+    if there are float64 gradients, one of them in float64 (so that the output is
+    ``factor * S1`` with ``S1`` exactly the base's sum); and, if there are
+    ``tf.IndexedSlices`` gradients on the exact rows path (the default
+    ``sparse_statistics="rows"``, no ``sq_sums``, indices of static length), one
+    ``all_gather(axis=0)`` of their indices and rows packed with squares: their statistics
+    are computed on the union of the touched rows only, numerically those of their dense
+    form (:mod:`vrgd_tf.gsnr.sparse`). Otherwise a sparse gradient is made dense for the
+    statistics and its rows go into the first all-reduce as the strategy's sparse SUM.
+
+    ``k`` counts only the samples that contributed a nonzero gradient (a replica without
+    examples sends zeros; spec section 2). A step with fewer than 2 of them, like a step
+    of one sample, is the base step: factor 1, the momentum state unchanged, zeros recorded
+    as its diagnostics; the report says so (``report.too_few_samples``). Otherwise the
+    factors of all variables (:func:`vrgd_tf.gsnr.factors.factor`) are smoothed if
+    ``beta_3 > 0`` (:mod:`vrgd_tf.gsnr.smoothing`), passed through ``factor_transforms``,
+    their diagnostics recorded if ``record_statistics``, and ``u = factor * S1`` returned.
+    If any summed gradient is not finite, the state is left as it was (the loss-scale
+    optimizers skip such a step) and the non-finite values pass through to the caller.
+
+    Args:
+      grads: list of ``n`` per-replica gradients, ``tf.Tensor`` or ``tf.IndexedSlices``,
+        any float dtype, static shapes, none of them None.
+      variables: the ``n`` matching trainable variables.
+      state: the optimizer's :class:`VRGDState` (may be None only if ``k == 1``).
+      replica_context: defaults to ``tf.distribute.get_replica_context()``.
+      record_statistics: Python bool or scalar bool tensor: whether this step computes and
+        stores the diagnostics (inside a ``tf.cond``, so steps that do not record skip
+        them).
+      step: None or a scalar int tensor, the steps completed before this one; handed to
+        the factor transforms as ``context.step``.
+      sq_sums: None, or a list of ``n`` dense tensors of the variables' shapes (any float
+        dtype, summed in float32): this replica's ``sum_j x_j**2`` over its ``num_groups``
+        micro-batch gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse
+        gradient, the squares of each group's dense form). Required when
+        ``num_groups > 1``.
+      num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
+      **options: the fields of :class:`vrgd_tf.gsnr.GSNROptions` as keywords (``gamma``,
+        ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``), or
+        ``options=`` one ``GSNROptions``.
+
+    Returns:
+      :class:`ReducedGradients`: a list of ``n`` tensors, each of its gradient's dtype and
+      dense shape: the SUM over replicas (one sample: the base's own all-reduce) multiplied
+      by the factor, with the :class:`StepReport` as ``.report``. A ``tf.IndexedSlices``
+      gradient gives what MirroredStrategy's own SUM gives for it, an ``IndexedSlices`` of
+      every replica's rows in replica order, duplicates kept (on the dense-statistics path,
+      whatever the strategy's SUM gives), with each row multiplied by its factor row, so
+      the base optimizer applies its own sparse rule, and ``gamma=1, beta_3=0`` hands it
+      exactly what it would get without VRGD.
+
+    Raises:
+      RuntimeError: called in a cross-replica context.
+      TypeError, ValueError: an option outside its range, a gradient without a static
+        shape, ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not
+        matching ``grads``.
+    """
+    options = GSNROptions.from_keywords(options)
+    grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
+    variables = list(variables)
+    ctx = _checked_context(grads, sq_sums, num_groups, replica_context)
+    num_samples = ctx.num_replicas_in_sync * num_groups
+    if num_samples == 1 or not grads:
+        return _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples)
+    layout = layout_lib.build_layout(
+        grads,
+        variables,
+        state,
+        num_replicas=ctx.num_replicas_in_sync,
+        num_groups=num_groups,
+        squares_given=sq_sums is not None,
+        sparse_statistics=options.sparse_statistics,
+    )
+    local = samples_lib.local_samples(layout, grads, sq_sums)
+    plan = halves.plan(layout, options.split_half_stride)
+    if plan is not None:
+        local = local._replace(half=halves.local_half(plan, local, ctx))
+    reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
+    summed = samples_lib.assemble(layout, grads, reduced)
+    samples = tf.maximum(summed.count, 1.0)
+    active = summed.count >= 2.0
+    factors = _factors(layout, summed, samples, active, options)
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(s)) for s in summed.s1])
+    raw = [f.factor for f in factors]
+    applied, corrections = _smoothed(layout, state, summed, raw, active, finite, options)
+    applied = _transformed(layout, summed, applied, variables, options, step)
+    no_defined = tf.equal(tf.add_n([f.num_defined for f in factors]), 0.0)
+    inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
+    report = StepReport(num_samples, summed.count, active, finite, inert)
+    _record(
+        layout,
+        state,
+        summed,
+        factors,
+        applied,
+        corrections,
+        report,
+        record_statistics,
+        options.gamma,
+    )
+    _record_split_half(layout, state, summed, plan, report, record_statistics, options.rtol)
+    return ReducedGradients(_outputs(layout, summed, applied), report)
