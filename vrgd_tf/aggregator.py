@@ -433,7 +433,7 @@ class GSNRAggregator(tf.Module):
         Outside XLA, a ``tf.cond`` whose taken branch is a ``tf.py_function`` (a scalar
         predicate per step; the Python call happens only then). Inside an XLA context
         (``jit_compile=True``, TPU) no host call is compiled in: the step stays XLA-pure;
-        :meth:`statistics` gives the inert warning when it reads the recorded diagnostics
+        ``statistics`` gives the inert warning when it reads the recorded diagnostics
         of an inert step, and a step without enough samples records zeros.
         """
         if flag is False or key in self._warned:

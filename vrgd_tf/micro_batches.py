@@ -71,7 +71,7 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     after ``keras.models.load_model``).
 
     The step is :func:`run_groups` over Keras' own TensorFlow ``train_step`` (Keras 3.15,
-    ``keras/src/backend/tensorflow/trainer.py``, mirrored in :mod:`vrgd_tf.keras_internals`):
+    ``keras/src/backend/tensorflow/trainer.py``, mirrored in ``vrgd_tf.keras_internals``):
     per group ``model(x_j, training=True)``
     and ``model._compute_loss(..., training=True)`` (so compiled losses, their 1/replicas
     scaling, loss weights and ``model.losses`` are Keras'), multiplied by ``1/m`` so that

@@ -167,7 +167,7 @@ def split_half_reliability(
       num_samples_a: Python int in [1, k - 1], ``k_a``; half B has ``k - k_a``.
       sizes: Python ints >= 0, the number of elements of each variable (all of them, or the
         fixed subsample the step carries).
-      rtol: Python float > 0, the relative noise threshold per sample (:data:`NOISE_RTOL`,
+      rtol: Python float > 0, the relative noise threshold per sample (``NOISE_RTOL``,
         or ``vrgd_tf.gsnr.NOISE_RTOL_BFLOAT16`` when the squares travel in bfloat16).
       min_pairs: Python int >= 2, see :data:`MIN_PAIRS`.
 

@@ -62,8 +62,8 @@ HEADLINE_PREFIXES = ("vrgd/median/", "vrgd/mean/")
 _HEADLINE = (("vrgd/median/" + _FIELDS[0], _FIELDS[0], np.median),) + tuple(
     ("vrgd/mean/" + field, field, np.mean) for field in _FIELDS[1:]
 )
-#: The headline tag of the split-half reliability: its median over the variables where it
-#: is defined (``split_half=True``; spec section 4).
+#: The tag of the split-half reliability in the headline, its median over the variables
+#: where it is defined (``split_half=True``; spec section 4).
 RELIABILITY_TAG = "vrgd/median/" + SPLIT_HALF_FIELDS[0]
 _RELIABILITY, _RELIABILITY_DEFINED = SPLIT_HALF_FIELDS[0], SPLIT_HALF_FIELDS[3]
 #: The tags of the headline values in order (``vrgd/median/mean_gsnr``, then

@@ -1,7 +1,7 @@
 """The TensorFlow / Keras releases the Keras 3 family supports, and the import-time check.
 
 The Keras 3 family relies on private Keras internals, all patched or mirrored in
-:mod:`vrgd_tf.keras_internals` (which runs :func:`check_keras3` when imported); the evidence
+``vrgd_tf.keras_internals`` (which runs ``check_keras3`` when imported); the evidence
 of when each exists, read from each release's installed sources (also in ``setup.cfg``):
 
 * ``TFOptimizer._all_reduce_sum_gradients`` (``keras/src/backend/tensorflow/optimizer.py``),

@@ -20,7 +20,7 @@ optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for 
     factor  f   = clip(r / mean(r), gamma, 1)             (eqs. 8, 9)
     output  u   = f * S1                                  (eq. 10: S1 is the base gradient)
 
-With ``beta_3 > 0`` the factor is smoothed per element before use (:mod:`.smoothing`).
+With ``beta_3 > 0`` the factor is smoothed per element before use (``smoothing``).
 Undefined statistics give factor 1 (spec section 2): a step with fewer than 2 samples that
 contributed a nonzero gradient is the base step; elements whose variance is not resolvable
 in float32 (``s2 <= NOISE_RTOL * k * mean(x**2)``, including identical and all-zero
@@ -30,18 +30,18 @@ All arithmetic is float32 whatever the variable dtype; the result has the gradie
 
 The step is a composition of small stages, each a module of this package:
 
-* :mod:`.options`: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
+* ``options``: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
   sparse_statistics), their checks and the noise thresholds;
-* :mod:`.layout`: one :class:`~.layout.Entry` per gradient (its path: dense, float64, sparse
+* ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
   rows, sparse as dense; its sizes; its state index), built once per trace;
-* :mod:`.samples`: what this replica sends, and the sums it gets back per entry;
-* :mod:`.collectives`: every collective of the step and nothing else;
-* :mod:`.sparse`: exact statistics of sparse gradients on the rows some replica touched;
-* :mod:`.factors`, :mod:`.smoothing`, :mod:`.statistics`: pure math;
-* :mod:`.halves`: the split-half reliability of the GSNR (a diagnostic; its subsample
+* ``samples``: what this replica sends, and the sums it gets back per entry;
+* ``collectives``: every collective of the step and nothing else;
+* ``sparse``: exact statistics of sparse gradients on the rows some replica touched;
+* ``factors``, ``smoothing``, ``statistics``: pure math;
+* ``halves``: the split-half reliability of the GSNR (a diagnostic; its subsample
   travels in the first all-reduce, its values are computed at recording steps);
-* :mod:`.state`: :class:`VRGDState` and the one place that reads and commits it;
-* :mod:`.step`: :func:`variance_reduce`, the composition, returning the gradients with a
+* ``state``: :class:`VRGDState` and the one place that reads and commits it;
+* ``step``: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.
 """
 

@@ -7,7 +7,7 @@ under ``TPUStrategy``):
    per variable; the strategy packs them as it packs a base optimizer's gradients), this
    replica's count of contributing samples (one float32 scalar), with the split-half
    reliability on (``split_half_stride``) the subsample ``[x, q]`` masked to half A (one
-   float32 tensor, :mod:`vrgd_tf.gsnr.halves`), and the ``tf.IndexedSlices`` of the
+   float32 tensor, ``vrgd_tf.gsnr.halves``), and the ``tf.IndexedSlices`` of the
    sparse gradients on the dense path (the strategy's own sparse SUM);
 2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``): a call
    of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's dense tensors

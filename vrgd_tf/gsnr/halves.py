@@ -2,7 +2,7 @@
 
 A diagnostic: it changes no gradient. Half A is the samples of the replicas with id below
 ``R // 2`` (``k_A = (R // 2) * m`` samples of the ``k = R * m``), half B the others. Each
-replica sends, in the step's first all-reduce (:mod:`vrgd_tf.gsnr.collectives`, outside any
+replica sends, in the step's first all-reduce (``vrgd_tf.gsnr.collectives``, outside any
 ``tf.cond``, so on every step: a strategy's replica-context all-reduce cannot sit in a branch
 taken only at recording steps), one float32 tensor ``[x_sub * a, q_sub * a]``: ``a = 1`` on
 half A's replicas, 0 on the others, ``x_sub`` and ``q_sub`` a fixed strided subsample of

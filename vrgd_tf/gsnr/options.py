@@ -135,7 +135,7 @@ def validate_squares_dtype(squares_dtype):
 
     Raises:
       TypeError: not a string (or ``tf.DType``).
-      ValueError: not one of :data:`SQUARES_DTYPES`.
+      ValueError: not one of ``SQUARES_DTYPES``.
     """
     if isinstance(squares_dtype, tf.DType):
         squares_dtype = squares_dtype.name
@@ -153,7 +153,7 @@ def validate_squares_dtype(squares_dtype):
 
 
 def validate_sparse_statistics(sparse_statistics) -> str:
-    """Checks ``sparse_statistics``, one of :data:`SPARSE_STATISTICS`.
+    """Checks ``sparse_statistics``, one of ``SPARSE_STATISTICS``.
 
     Raises:
       ValueError: another value (the message names the argument and the allowed ones).
@@ -173,7 +173,7 @@ def validate_split_half_stride(split_half_stride) -> int:
       split_half_stride: int >= 0: 0, the reliability is not measured; ``s >= 1``, each
         variable's fixed subsample of about one element in ``s`` (at least
         ``min(size, 64)``) travels in the step's first all-reduce, masked to half A
-        (:mod:`vrgd_tf.gsnr.halves`, ``docs/spec.md`` section 4).
+        (``vrgd_tf.gsnr.halves``, ``docs/spec.md`` section 4).
 
     Returns:
       The stride as an int.
@@ -196,7 +196,7 @@ def validate_split_half_stride(split_half_stride) -> int:
 
 def noise_rtol(squares_dtype="float32") -> float:
     """The per-replica relative noise threshold for squares all-reduced in
-    ``squares_dtype``: :data:`NOISE_RTOL` (float32) or :data:`NOISE_RTOL_BFLOAT16`."""
+    ``squares_dtype``: ``NOISE_RTOL`` (float32) or ``NOISE_RTOL_BFLOAT16``."""
     return NOISE_RTOL_BFLOAT16 if squares_dtype == "bfloat16" else NOISE_RTOL
 
 
@@ -209,11 +209,11 @@ class GSNROptions:
       beta_3: float in [0, 1), the decay of the factor's momentum (Section 4.2, *our
         reading*); 0 = the raw factor. Default 0.
       squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares are all-reduced
-        in (:data:`SQUARES_DTYPES`). Default ``"float32"``.
+        in (``SQUARES_DTYPES``). Default ``"float32"``.
       factor_transforms: tuple of callables ``fn(factor, context) -> factor``
         (:class:`vrgd_tf.gsnr.FactorContext`), applied in order to each variable's factor
         after any smoothing. Default none.
-      sparse_statistics: ``"rows"`` or ``"dense"`` (:data:`SPARSE_STATISTICS`): the
+      sparse_statistics: ``"rows"`` or ``"dense"`` (``SPARSE_STATISTICS``): the
         statistics path of ``tf.IndexedSlices`` gradients. Default ``"rows"``.
       split_half_stride: int >= 0, the subsample stride of the split-half reliability of
         the GSNR (:func:`validate_split_half_stride`); 0 = not measured. Default 0 (the

@@ -1,6 +1,6 @@
 """What one replica sends to the GSNR step's collectives, and the sums it gets back, per entry.
 
-Pure functions around :mod:`vrgd_tf.gsnr.collectives`: :func:`local_samples` prepares this
+Pure functions around ``vrgd_tf.gsnr.collectives``: :func:`local_samples` prepares this
 replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
 sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
 into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.layout.Layout`.
@@ -59,7 +59,7 @@ class Summed(NamedTuple):
       wide: float64 sums of ``FLOAT64`` entries.
       count: float32 scalar, the contributing samples ``k`` of the step.
       half: None, or float32 ``[2 M]``: half A's sums of the split-half subsample
-        (``[S1_A, S2_A]``, :mod:`vrgd_tf.gsnr.halves`).
+        (``[S1_A, S2_A]``, ``vrgd_tf.gsnr.halves``).
     """
 
     s1: Tuple[tf.Tensor, ...]

@@ -45,10 +45,10 @@ class VRGDState:
     ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
     ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see
     :class:`vrgd_tf.gsnr.GSNRStatistics`), and ``split_half`` (float32 ``[NUM_SPLIT_HALF]``,
-    :data:`vrgd_tf.gsnr.halves.SPLIT_HALF_FIELDS`: the last recording step's split-half
+    ``vrgd_tf.gsnr.halves.SPLIT_HALF_FIELDS``: the last recording step's split-half
     reliability).
 
-    ``split_half`` is made by :func:`replica_local_variable`, not by ``make_variable``: no
+    ``split_half`` is made by ``replica_local_variable``, not by ``make_variable``: no
     optimizer, module or checkpoint tracks it, so the saved formats (checkpoints, ``.keras``
     files, whose Keras 3 loader refuses a different count of optimizer variables) are those
     of the state without it, and after a restore it reads "undefined" until the next

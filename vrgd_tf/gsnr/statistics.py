@@ -2,7 +2,7 @@
 diagnostics for callers that hold the sums themselves (:func:`gsnr_factor`,
 :func:`gsnr_factors_flat`). Pure functions.
 
-:func:`statistics` reads only ``S1``, the raw factor, the applied factor and per-variable
+``statistics`` reads only ``S1``, the raw factor, the applied factor and per-variable
 values, so that nothing else of a variable's size (the signal, the normalised ratio) has to
 stay alive until the diagnostics run after the smoothing: each such tensor costs 4 bytes per
 element and replica at the step's peak (``docs/results.md``, BERT-tiny memory by part).

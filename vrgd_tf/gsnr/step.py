@@ -48,7 +48,7 @@ class StepReport(NamedTuple):
 
     @property
     def too_few_samples(self):
-        """Scalar bool: a finite step of ``num_samples >= 2`` in which fewer than 2 samples
+        """A scalar bool tensor, True on a finite step of ``num_samples >= 2`` in which fewer than 2 samples
         contributed (replicas without examples): the step was the base optimizer's."""
         if self.finite is None:
             return False
@@ -230,7 +230,7 @@ def variance_reduce(
     ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
     (``sq_sums`` None) the squares are taken here.
 
-    The collectives (:mod:`vrgd_tf.gsnr.collectives`, outside any ``tf.cond``): one
+    The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
     ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable), this replica's
     count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
     path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
@@ -240,15 +240,15 @@ def variance_reduce(
     ``sparse_statistics="rows"``, no ``sq_sums``, indices of static length), one
     ``all_gather(axis=0)`` of their indices and rows packed with squares: their statistics
     are computed on the union of the touched rows only, numerically those of their dense
-    form (:mod:`vrgd_tf.gsnr.sparse`). Otherwise a sparse gradient is made dense for the
+    form (``vrgd_tf.gsnr.sparse``). Otherwise a sparse gradient is made dense for the
     statistics and its rows go into the first all-reduce as the strategy's sparse SUM.
 
     ``k`` counts only the samples that contributed a nonzero gradient (a replica without
     examples sends zeros; spec section 2). A step with fewer than 2 of them, like a step
     of one sample, is the base step: factor 1, the momentum state unchanged, zeros recorded
     as its diagnostics; the report says so (``report.too_few_samples``). Otherwise the
-    factors of all variables (:func:`vrgd_tf.gsnr.factors.factor`) are smoothed if
-    ``beta_3 > 0`` (:mod:`vrgd_tf.gsnr.smoothing`), passed through ``factor_transforms``,
+    factors of all variables (``vrgd_tf.gsnr.factors.factor``) are smoothed if
+    ``beta_3 > 0`` (``vrgd_tf.gsnr.smoothing``), passed through ``factor_transforms``,
     their diagnostics recorded if ``record_statistics``, and ``u = factor * S1`` returned.
     If any summed gradient is not finite, the state is left as it was (the loss-scale
     optimizers skip such a step) and the non-finite values pass through to the caller.

@@ -147,7 +147,7 @@ def bert_lamb_optimization(
         while ``t / T < proportion``).
       power: decay power (NVIDIA: 0.5).
       weight_decay_rate: LAMB decoupled weight decay (NVIDIA: 0.01).
-      gamma, beta_3: VRGD settings; default :class:`configs.VRGDLambConfig`'s (0.1, 0.9).
+      gamma, beta_3: VRGD settings; default ``configs.VRGDLambConfig``'s (0.1, 0.9).
       use_vrgd: select ``vrgd_lamb`` (True) or ``lamb``.
       global_clipnorm: clip the global gradient norm (NVIDIA's FusedLAMB: 1.0) or None.
 
