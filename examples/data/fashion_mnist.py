@@ -10,7 +10,7 @@ loudly instead of training on wrong data.
 IDX format (LeCun et al.): a big-endian header ``0x0000``, a type code (``0x08`` = uint8),
 the number of dimensions, one uint32 per dimension, then the data in C order.
 
-Split (the evidence protocol of ``benchmarks/README.md``): the 60,000 training images are
+Split (the evidence protocols in ``studies/evidence/``): the 60,000 training images are
 split, stratified by class with a fixed seed, into 55,000 train and 5,000 validation images;
 the 10,000 test images are only for final numbers.
 """
