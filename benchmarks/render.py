@@ -9,8 +9,8 @@ the sweep tables are decided by a two-sided paired t-test at 5 %, stated in the 
 evidence study's block (between ``<!-- evidence:begin -->`` and ``<!-- evidence:end -->``)
 is ``python3 studies/render.py``'s: it is kept as it is, after the report's title. The
 sections live in ``benchmarks/report/``, one module each (see ``report/__init__.py`` for
-how to add one); this file is the command line, the report's head and the README's
-benchmarks block.
+how to add one); this file is the command line and the report's head; ``report/readme.py``
+writes the README's short benchmarks block and the full list it links to.
 
 Examples:
   python benchmarks/render.py --quick        # renders the *_quick.json results
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from report import SECTIONS  # noqa: E402
 from report.common import PAIR_LABEL, REPO, RESULTS, Context, load, pm, verdict  # noqa: E402
-from report.readme import write_readme_block  # noqa: E402
+from report.readme import summary_section, write_readme_block  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Render the --quick results (sweep_quick.json, ...).")
@@ -157,7 +157,19 @@ def main(argv):
                 f"max {r['max']:.3f}){extra}."
             )
         head.append("")
-    head[2:2] = [_evidence_block(FLAGS.out_md), ""]
+    memory = (ov or {}).get("memory", [])
+    docs = [p for p in (sweep, bert, ov) if p]
+    summary = summary_section(
+        headline,
+        bert_headline,
+        headline_ov,
+        docs,
+        img_rel,
+        FLAGS.images_dir,
+        memory,
+        ctx.readme_lines,
+    )
+    head[2:2] = [_evidence_block(FLAGS.out_md), ""] + summary
     text = "\n".join(head + body).rstrip() + "\n"
     readme = FLAGS.readme or (None if FLAGS.quick else os.path.join(REPO, "README.md"))
     if readme:
@@ -166,9 +178,9 @@ def main(argv):
             headline,
             bert_headline,
             headline_ov,
-            [p for p in (sweep, bert, ov) if p],
+            docs,
             FLAGS.images_dir,
-            (ov or {}).get("memory", []),
+            memory,
             ctx.readme_lines,
         )
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
