@@ -22,12 +22,14 @@ this machine and its load (2 cores shared with other work): read the ratios, not
 
 Examples:
   python benchmarks/passes.py                 # about 5 minutes
+  python benchmarks/passes.py --cpu_time      # one thread, CPU time: stable under load
   python benchmarks/passes.py --quick         # seconds: small shapes, a smoke run
   PYTHONPATH=/tmp/before python benchmarks/passes.py --out /tmp/passes_before.json
 """
 
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -98,16 +100,21 @@ def _steps(shapes, grads, squares, weights, jit_compile):
     return {k: tf.function(f, jit_compile=jit_compile) for k, f in fns.items()}, vrgd
 
 
-def _time(fn, steps):
-    t0 = time.perf_counter()
+def _cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _time(fn, steps, clock):
+    t0 = clock()
     for _ in range(steps):
         fn()
-    return (time.perf_counter() - t0) / steps
+    return (clock() - t0) / steps
 
 
-def measure(shapes, reps, steps, log=print):
+def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
     """Both modes' steps timed interleaved (one repetition times all six); one row per
-    mode with the median and minimum times (ms) and the passes from each."""
+    mode with the median and minimum times (ms, of ``clock``) and the passes from each."""
     weights, grads, squares = _variables(shapes)
     fns, optimizers = {}, {}
     for jit in (False, True):
@@ -116,11 +123,11 @@ def measure(shapes, reps, steps, log=print):
     keys = list(fns)
     for key in keys:
         fns[key]()  # trace
-        _time(fns[key], steps)  # warm up
+        _time(fns[key], steps, clock)  # warm up
     times = {key: [] for key in keys}
     for r in range(reps):
         for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            times[key].append(_time(fns[key], steps))
+            times[key].append(_time(fns[key], steps, clock))
     rows = []
     for jit in (False, True):
         row = {"jit_compile": jit}
@@ -151,6 +158,12 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=None, help="Repetitions (default 21).")
     parser.add_argument("--steps", type=int, default=None, help="Calls per timing (default 5).")
     parser.add_argument(
+        "--cpu_time",
+        action="store_true",
+        help="One TensorFlow thread (intra- and inter-op) and the process's CPU time instead "
+        "of the wall clock: the work of each step, insensitive to other load on the machine.",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="JSON written (default benchmarks/results/passes.json; passes_quick.json with "
@@ -163,9 +176,14 @@ def main(argv=None):
     out = args.out or os.path.join(
         benchlib.RESULTS_DIR, "passes_quick.json" if args.quick else "passes.json"
     )
+    clock = time.perf_counter
+    if args.cpu_time:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        clock = _cpu_seconds
     import vrgd_tf
 
-    rows = measure(shapes, reps, steps)
+    rows = measure(shapes, reps, steps, clock=clock)
     doc = {
         "kind": "passes",
         "command": benchlib.command_line(),
@@ -174,6 +192,7 @@ def main(argv=None):
         "elements": int(sum(int(np.prod(s)) for s in shapes)),
         "variables": len(shapes),
         "num_groups": NUM_GROUPS,
+        "clock": "process CPU time, one thread" if args.cpu_time else "wall, default threads",
         "reps": reps,
         "steps": steps,
         "rows": rows,

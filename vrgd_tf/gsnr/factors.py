@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from vrgd_tf.gsnr import reductions
+
 __all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
 
 
@@ -25,20 +27,22 @@ class Factor(NamedTuple):
       mean_ratio: float32 scalar, ``mean(r)`` over the elements with a defined GSNR; 0 if
         there is none.
       num_defined: float32 scalar, the number of those elements.
+      finite: scalar bool, whether all of ``S1`` is finite.
     """
 
     factor: tf.Tensor
     mean_ratio: tf.Tensor
     num_defined: tf.Tensor
+    finite: tf.Tensor
 
 
 def clip(x, low, high=1.0) -> tf.Tensor:
     """``min(max(x, low), high)`` in one kernel (``tf.clip_by_value`` is two): the same
-    values for every non-NaN ``x``."""
+    values for every non-NaN ``x``. ``low``, ``high``: Python floats or scalar tensors."""
     return tf.raw_ops.ClipByValue(
         t=x,
-        clip_value_min=tf.constant(low, x.dtype),
-        clip_value_max=tf.constant(high, x.dtype),
+        clip_value_min=tf.cast(low, x.dtype),
+        clip_value_max=tf.cast(high, x.dtype),
     )
 
 
@@ -60,14 +64,20 @@ def factor(s1, s2, k, gamma, threshold) -> Factor:
     signal = tf.square(s1) * (1.0 / k)
     noise = s2 - signal
     defined = noise > threshold * s2
-    ratio = tf.where(defined, signal / tf.where(defined, noise, 1.0), 0.0)
-    num_defined = tf.reduce_sum(tf.cast(defined, tf.float32))
-    mean_ratio = tf.math.divide_no_nan(tf.reduce_sum(ratio), num_defined)
+    # signal / noise where defined (noise > 0 there), 0 elsewhere: a division by 0 is never
+    # taken (divide_no_nan gives 0), so no Inf or NaN is formed.
+    ratio = tf.math.divide_no_nan(signal, tf.where(defined, noise, 0.0))
+    (num_defined, total), finite = reductions.sums(
+        [tf.cast(defined, tf.float32), ratio], finite_of=s1
+    )
+    mean_ratio = tf.math.divide_no_nan(total, num_defined)
     usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
     safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
+    # Without a usable mean the clip's bounds are (1, 1): factor 1 for the whole variable.
+    low = tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
     # A scalar 1.0, not ones_like: no tensor of ones is made.
-    raw = tf.where(defined & usable, clip(ratio / safe_mean_ratio, gamma), 1.0)
-    return Factor(raw, mean_ratio, num_defined)
+    raw = tf.where(defined, clip(ratio / safe_mean_ratio, low), 1.0)
+    return Factor(raw, mean_ratio, num_defined, finite)
 
 
 class FactorContext(NamedTuple):

@@ -9,13 +9,14 @@ element and replica at the step's peak (``docs/results.md``, BERT-tiny memory by
 """
 
 import dataclasses
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import options as options_lib
+from vrgd_tf.gsnr import reductions
 
 __all__ = [
     "STATISTICS_FIELDS",
@@ -69,31 +70,29 @@ class GSNRStatistics:
         return tf.stack([getattr(self, f) for f in STATISTICS_FIELDS])
 
 
-def _sums(tensors) -> tf.Tensor:
+def _stack_sums(tensors) -> tf.Tensor:
     return tf.stack([tf.reduce_sum(t) for t in tensors])
 
 
-def _norm_sums(summed, applied, k) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``(sum S1**2 / k, sum (f S1)**2 / k)`` per variable, from ``signal = S1**2 / k`` (k
-    cancels in their ratio): two passes. Only if a sum overflows (|S1| above ~1e19) or is
-    below 1e-30 (it may have underflowed: |S1| below ~1e-19, or S1 = 0) is S1 first divided
-    by its largest magnitude in the variable (a scale that cancels). A sparse variable's
-    untouched rows have S1 = 0 and add nothing to either norm."""
-    signal = [tf.square(s) * (1.0 / k) for s in summed]
-    plain = _sums(signal)
-    reduced = _sums([tf.square(a) * s for a, s in zip(applied, signal)])
+def _variable_sums(s1, factor, applied, k, gamma) -> List[tf.Tensor]:
+    """One variable's sums: elements at factor 1 (``floor`` of a factor in [gamma, 1]),
+    at ``gamma``, of the applied factor, of ``signal = S1**2 / k`` and of
+    ``applied**2 * signal``."""
+    signal = tf.square(s1) * (1.0 / k)
+    values = [tf.floor(factor.factor), applied, signal, tf.square(applied) * signal]
+    if gamma < 1.0:  # factor <= gamma exactly where the clip gave gamma
+        values.append(tf.cast(factor.factor <= gamma, tf.float32))
+    out, _ = reductions.sums(values)
+    return out if gamma < 1.0 else out + [tf.constant(0.0)]
 
-    def scaled_sums():
-        peaks = [tf.reduce_max(tf.abs(s)) for s in summed]
-        scaled = [s / tf.where(p > 0.0, p, 1.0) for s, p in zip(summed, peaks)]
-        return _sums([tf.square(s) for s in scaled]), _sums(
-            [tf.square(a * s) for a, s in zip(applied, scaled)]
-        )
 
-    return tf.cond(
-        tf.reduce_all(tf.math.is_finite(plain) & (plain > 1e-30)),
-        lambda: (plain, reduced),
-        scaled_sums,
+def _scaled_norm_sums(summed, applied) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(sum S1**2, sum (f S1)**2)`` per variable with S1 first divided by its largest
+    magnitude in the variable (a scale that cancels in their ratio)."""
+    peaks = [tf.reduce_max(tf.abs(s)) for s in summed]
+    scaled = [s / tf.where(p > 0.0, p, 1.0) for s, p in zip(summed, peaks)]
+    return _stack_sums([tf.square(s) for s in scaled]), _stack_sums(
+        [tf.square(a * s) for a, s in zip(applied, scaled)]
     )
 
 
@@ -111,6 +110,11 @@ def statistics(
     :class:`GSNRStatistics` row each. Needs ``summed`` finite (the step records only steps
     with finite sums).
 
+    The update norm ratio comes from ``signal = S1**2 / k`` (k cancels): two passes. Only
+    if a sum overflows (|S1| above ~1e19) or is below 1e-30 (it may have underflowed: |S1|
+    below ~1e-19, or S1 = 0) is S1 first divided by its largest magnitude in the variable.
+    A sparse variable's untouched rows have S1 = 0 and add nothing to either norm.
+
     Args:
       summed: ``n`` float32 ``[size_i]``, ``S1``.
       factors: ``n`` :class:`vrgd_tf.gsnr.factors.Factor` of them.
@@ -125,18 +129,16 @@ def statistics(
         not hold (:func:`vrgd_tf.gsnr.state.untouched_statistics`).
     """
     size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
-    at_one = _sums([tf.cast(f.factor >= 1.0, tf.float32) for f in factors])
-    applied_sum = _sums(applied)
+    rows = [_variable_sums(s, f, a, k, gamma) for s, f, a in zip(summed, factors, applied)]
+    at_one, applied_sum, plain, reduced, at_gamma = (tf.stack(c) for c in zip(*rows))
     if extra is not None:
         at_one, applied_sum = at_one + extra[:, 0], applied_sum + extra[:, 1]
-    plain, reduced = _norm_sums(summed, applied, k)
-    norm_ratio = tf.where(plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0)
-    # factor <= gamma exactly where the clip gave gamma (gamma < 1).
-    at_gamma = (
-        _sums([tf.cast(f.factor <= gamma, tf.float32) for f in factors])
-        if gamma < 1.0
-        else tf.zeros([len(factors)])
+    plain, reduced = tf.cond(
+        tf.reduce_all(tf.math.is_finite(plain) & (plain > 1e-30)),
+        lambda: (plain, reduced),
+        lambda: _scaled_norm_sums(summed, applied),
     )
+    norm_ratio = tf.where(plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0)
     return tf.stack(
         [
             tf.stack([f.mean_ratio for f in factors]),

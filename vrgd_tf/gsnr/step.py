@@ -315,7 +315,7 @@ def variance_reduce(
     samples = tf.maximum(summed.count, 1.0)
     active = summed.count >= 2.0
     factors = _factors(layout, summed, samples, active, options)
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(s)) for s in summed.s1])
+    finite = tf.reduce_all([f.finite for f in factors])
     raw = [f.factor for f in factors]
     applied, corrections = _smoothed(layout, state, summed, raw, active, finite, options)
     applied = _transformed(layout, summed, applied, variables, options, step)

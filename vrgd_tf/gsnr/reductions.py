@@ -1,0 +1,73 @@
+"""Per-variable sums of the GSNR step: one ``reduce_sum`` each, or one pass under XLA.
+
+Outside XLA every sum is its own ``tf.reduce_sum`` (Eigen's order: the values, and so a run
+restored from a checkpoint, are those of every earlier release bit for bit). Inside an XLA
+context (``jit_compile=True``, TPU) a separate reduction re-reads its inputs and, on CPU,
+costs one to two element passes each; there the sums of one variable are taken together by
+one variadic XLA ``Reduce`` (a single pass over the elements), measured in
+``benchmarks/passes.py``. The variadic reduce is TensorFlow's ``XlaVariadicReduceV2`` op
+(``tensorflow.compiler.tf2xla``, in every supported TensorFlow); without it the sums fall
+back to separate reductions.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+try:  # pragma: no cover - present in every supported TensorFlow (vrgd_tf.versions)
+    from tensorflow.compiler.tf2xla.python import xla as _xla
+
+    _VARIADIC_REDUCE = getattr(_xla, "variadic_reduce", None)
+except ImportError:  # pragma: no cover
+    _VARIADIC_REDUCE = None
+
+__all__ = ["in_xla", "sums"]
+
+_REDUCERS = {}
+
+
+def in_xla() -> bool:
+    """Whether the op being built goes to XLA (``jit_compile=True``, a TPU function)."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def _reducer(n: int):
+    """The scalar function ``(a_1..a_n, b_1..b_n) -> (a_i + b_i)`` for ``n`` float32 sums."""
+    if n not in _REDUCERS:
+
+        def add(*args):
+            return tuple(a + b for a, b in zip(args[:n], args[n:]))
+
+        spec = [tf.TensorSpec([], tf.float32)] * (2 * n)
+        _REDUCERS[n] = tf.function(add, autograph=False).get_concrete_function(*spec)
+    return _REDUCERS[n]
+
+
+def sums(
+    values: Sequence[tf.Tensor], finite_of: Optional[tf.Tensor] = None
+) -> Tuple[List[tf.Tensor], Optional[tf.Tensor]]:
+    """The float32 sums of ``values`` (1-D float32 tensors of one size) and, if
+    ``finite_of`` (float32, that size) is given, whether all of it is finite.
+
+    Returns:
+      ``(sums, finite)``: a list of float32 scalars, and a scalar bool (None without
+      ``finite_of``).
+    """
+    values = list(values)
+    if _VARIADIC_REDUCE is None or not in_xla():
+        finite = None
+        if finite_of is not None:
+            finite = tf.reduce_all(tf.math.is_finite(finite_of))
+        return [tf.reduce_sum(v) for v in values], finite
+    if finite_of is not None:
+        values.append(finite_of * 0.0)  # 0 where finite, NaN where not: the sum is 0 or NaN
+    out = _VARIADIC_REDUCE(
+        values,
+        [tf.constant(0.0)] * len(values),
+        dimensions_to_reduce=[0],
+        reducer=_reducer(len(values)),
+    )
+    if finite_of is None:
+        return list(out), None
+    return list(out[:-1]), tf.equal(out[-1], 0.0)
