@@ -1,5 +1,7 @@
 """One worker of the multi-worker test: MultiWorkerMirroredStrategy over processes on
-127.0.0.1 (one CPU replica per worker). Prints the final weights as JSON on its last line."""
+127.0.0.1 (one CPU replica per worker), ``VRGDLamb`` of the family named by the third
+argument (``keras3``, the default, or ``tf_keras``). Prints the final weights as JSON on its
+last line."""
 
 import json
 import os
@@ -13,6 +15,11 @@ import tensorflow as tf  # noqa: E402
 import vrgd_tf  # noqa: E402
 
 
+def _tf(variable):
+    """The tf.Variable of a keras.Variable (a tf.Variable as is)."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
 def main():
     grads = np.load(sys.argv[1])  # [steps, k, n]
     init = np.load(sys.argv[2])
@@ -22,10 +29,17 @@ def main():
         )
     )
     assert strategy.num_replicas_in_sync == grads.shape[1], strategy.num_replicas_in_sync
+    family = sys.argv[3] if len(sys.argv) > 3 else "keras3"
     with strategy.scope():
-        w = keras.Variable(init, name="w")
-        opt = vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)
-        opt.build([w])
+        if family == "tf_keras":
+            from vrgd_tf import tf_keras as vtk
+
+            w = tf.Variable(init, name="w")
+            opt = vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)
+        else:
+            w = keras.Variable(init, name="w")
+            opt = vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)
+            opt.build([w])
     const = tf.constant(grads)
 
     @tf.function
@@ -38,10 +52,10 @@ def main():
 
     for i in range(grads.shape[0]):
         step(tf.constant(i))
-    copies = [v.numpy().tolist() for v in strategy.experimental_local_results(w.value)]
+    copies = [v.numpy().tolist() for v in strategy.experimental_local_results(_tf(w))]
     deficit = [
         v.numpy().tolist()
-        for v in strategy.experimental_local_results(opt.vrgd_aggregator.state.deficits[0].value)
+        for v in strategy.experimental_local_results(_tf(opt.vrgd_aggregator.state.deficits[0]))
     ]
     print(json.dumps({"w": copies, "deficit": deficit}))
 

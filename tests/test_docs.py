@@ -1,7 +1,12 @@
-"""Citations of the spec point at docs/spec.md and at sections it has; the ``>>>`` examples of
-the library's docstrings run and print what they show."""
+"""The documentation's checkable parts: citations of the spec point at docs/spec.md and at
+sections it has; the ``>>>`` examples of the library's docstrings run and print what they
+show; every Python block of README.md and docs/*.md parses, and runs unless the line before
+it marks it as a fragment (``<!-- fragment ... -->``)."""
 
+import ast
+import contextlib
 import doctest
+import glob
 import importlib
 import io
 import os
@@ -9,8 +14,11 @@ import pkgutil
 import re
 
 import tensorflow as tf
+from absl.testing import parameterized
 
 import vrgd_tf
+
+import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DIRS = (
@@ -83,6 +91,55 @@ class DocstringExamplesTest(tf.test.TestCase):
                 self.assertEqual(result.failed, 0, out.getvalue())
                 examples[test.name] = result.attempted
         self.assertGreaterEqual(examples.get("vrgd_tf.aggregator.GSNRAggregator", 0), 16)
+
+
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+_FRAGMENT = "<!-- fragment"
+# Imports that need the model_garden extra (tf-keras, tf-models-official).
+_NEEDS_TF_KERAS = re.compile(
+    r"^\s*(import|from) (tf_keras|official|vrgd_tf\.(tf_keras|model_garden))\b", re.M
+)
+
+
+def python_blocks():
+    """``(name, code, is_fragment)`` for each ```python block of README.md and docs/*.md;
+    ``name`` is ``path:line`` of the opening fence."""
+    paths = ["README.md"] + sorted(
+        os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))
+    )
+    blocks = []
+    for rel in paths:
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            text = f.read()
+        for match in _FENCE.finditer(text):
+            if match.group(1) not in ("python", "py"):
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            blocks.append((f"{rel}:{line}", match.group(2), before.startswith(_FRAGMENT)))
+    return blocks
+
+
+BLOCKS = python_blocks()
+
+
+class DocsPythonBlocksTest(tf.test.TestCase, parameterized.TestCase):
+    def test_blocks_found(self):
+        self.assertGreaterEqual(len(BLOCKS), 5)
+        self.assertGreaterEqual(sum(not fragment for _, _, fragment in BLOCKS), 3)
+
+    @parameterized.named_parameters(*[(name, code) for name, code, _ in BLOCKS])
+    def test_parses(self, code):
+        ast.parse(code)
+
+    @parameterized.named_parameters(
+        *[(name, code) for name, code, fragment in BLOCKS if not fragment]
+    )
+    def test_runs(self, code):
+        if _NEEDS_TF_KERAS.search(code):
+            util.skip_without_tf_keras(self)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "<docs block>", "exec"), {"__name__": "docs_block"})
 
 
 if __name__ == "__main__":

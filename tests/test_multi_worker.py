@@ -1,5 +1,5 @@
 """Multi-worker: two processes on 127.0.0.1 (one CPU replica each, k = 2) train with
-VRGDLamb and agree with the NumPy reference and with each other."""
+VRGDLamb (each family) and agree with the NumPy reference and with each other."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 from vrgd_tf import devices
 
@@ -18,8 +19,11 @@ import util
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class MultiWorkerTest(tf.test.TestCase):
-    def test_two_workers_match_reference(self):
+class MultiWorkerTest(tf.test.TestCase, parameterized.TestCase):
+    @parameterized.parameters("keras3", "tf_keras")
+    def test_two_workers_match_reference(self, family):
+        if family == "tf_keras":
+            util.skip_without_tf_keras(self)
         rng = np.random.RandomState(0)
         steps, k, n = 3, 2, 10
         noise = rng.randn(steps, k, n)
@@ -50,6 +54,7 @@ class MultiWorkerTest(tf.test.TestCase):
                         os.path.join(HERE, "multi_worker_main.py"),
                         os.path.join(tmp, "g.npy"),
                         os.path.join(tmp, "w.npy"),
+                        family,
                     ],
                     env=env,
                     stdout=subprocess.PIPE,

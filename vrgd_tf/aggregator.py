@@ -19,12 +19,16 @@ from typing import Callable, Dict, Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import gsnr, naming
+from vrgd_tf import aggregated, gsnr, naming, strategies
 from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, signature_parameters
 
 __all__ = ["GSNRAggregator", "has_gsnr"]
 
 _LOG = logging.getLogger("vrgd_tf")
+_SUM_ONCE = (
+    "Give the GSNR step each replica's own gradients (from its tape), once per step; "
+    "its output is the sum that the optimizer applies."
+)
 
 
 def _replica_local_variable(kind, index, shape, reference):
@@ -129,7 +133,9 @@ class GSNRAggregator(tf.Module):
     (``ON_READ``, ``ONLY_FIRST_REPLICA``): every replica computes the same values.
 
     Raises:
-      ValueError, TypeError: at construction, an argument outside its range (named).
+      ValueError, TypeError: at construction, an argument outside its range (named), or
+        under a ``CentralStorageStrategy`` or ``ParameterServerStrategy`` (also at
+        :meth:`build`; :mod:`vrgd_tf.strategies`).
 
     Example: a factor transform that makes the factor one number per variable, the update
     norm ratio ``||f * S1|| / ||S1||`` (here ``||[4, 0.05]|| / ||[4, 0.5]|| = 0.99236``), on
@@ -180,6 +186,7 @@ class GSNRAggregator(tf.Module):
         self._warned = set()
         self._traced = False
         self._num_samples = "several"
+        strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
 
     @property
     def options(self) -> gsnr.GSNROptions:
@@ -211,7 +218,12 @@ class GSNRAggregator(tf.Module):
         """Creates the state of ``variables`` not seen before (call in the strategy scope).
 
         Idempotent: variables that already have state are skipped.
+
+        Raises:
+          ValueError: under a strategy VRGD cannot run under
+            (:func:`vrgd_tf.strategies.check_strategy`).
         """
+        strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
         if self.state is None:
             self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
             if self._standalone:
@@ -270,10 +282,13 @@ class GSNRAggregator(tf.Module):
         Raises:
           RuntimeError: in a cross-replica context, or on a first call inside a
             ``tf.function`` under a multi-replica strategy before :meth:`build`.
-          ValueError: ``grads`` and ``variables`` of different lengths; see also
+          ValueError: ``grads`` and ``variables`` of different lengths, or ``grads``
+            already the output of a GSNR step under more than one replica (it would be
+            summed twice; :mod:`vrgd_tf.aggregated`); see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
         grads, variables = list(grads), list(variables)
+        aggregated.check_not_aggregated(grads, self._owner, _SUM_ONCE)
         if len(grads) != len(variables):
             raise ValueError(
                 f"{self._owner}: `grads` and `variables` must have the same length; got "
@@ -301,6 +316,7 @@ class GSNRAggregator(tf.Module):
         out = [None] * len(grads)
         for i, g in zip(present, reduced):
             out[i] = g
+        aggregated.mark_aggregated(out)
         return out
 
     def _build_in_step(self, variables, replica_context) -> None:

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
-from vrgd_tf import naming, settings, validation
+from vrgd_tf import aggregated, naming, settings, validation
 from vrgd_tf.aggregator import GSNRAggregator
 
 _LOG = logging.getLogger("vrgd_tf")
@@ -59,6 +59,8 @@ _ARGS_TAIL = """
     Raises:
       ValueError, TypeError: at construction, for a VRGD argument or a base argument outside
         its range (the message names it).
+      ValueError: at construction or build under a ``CentralStorageStrategy`` or
+        ``ParameterServerStrategy`` (:mod:`vrgd_tf.strategies` says why and what works).
 """
 
 
@@ -124,10 +126,55 @@ def make_vrgd_class(mixin, base_class, *, name, default_beta_3, doc, module, reg
 
     Raises:
       ValueError, TypeError: ``default_beta_3`` outside [0, 1).
+      TypeError: ``base_class`` is already a VRGD class (:func:`check_not_vrgd`).
     """
+    check_not_vrgd(base_class)
     cls_name = name or "VRGD" + base_class.__name__
     cls = type(cls_name, (mixin, base_class), {"__doc__": doc, "__module__": module})
     return vrgd_class(default_beta_3=default_beta_3, register=register)(cls)
+
+
+def exclusion_lists(optimizer) -> Dict[str, Optional[List[str]]]:
+    """The optimizer's exclusion patterns, read from its attributes.
+
+    Not from ``get_config``: that serializes the learning rate, and a user
+    ``LearningRateSchedule`` without ``get_config`` (which trains with the base optimizer)
+    raises ``NotImplementedError`` there. Only saving needs a serializable schedule.
+
+    Returns:
+      ``{"exclude_from_weight_decay": ..., "exclude_from_layer_adaptation": ...}``, each a
+      list of regex strings or None: this package's ``Lamb``/``Lars`` give
+      ``exclude_from_weight_decay_patterns`` and ``exclude_from_layer_adaptation`` (which
+      falls back to the former), Model Garden's LAMB/LARS their attributes of those names;
+      None where the optimizer has no such list (e.g. Keras' ``exclude_from_weight_decay``
+      method).
+    """
+    out = {}
+    for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+        value = getattr(optimizer, arg + "_patterns", None)
+        if value is None:
+            value = getattr(optimizer, arg, None)
+        out[arg] = list(value) if isinstance(value, (list, tuple)) else None
+    return out
+
+
+def check_not_vrgd(base_class) -> None:
+    """Raises if ``base_class`` is a VRGD class: VRGD cannot wrap VRGD.
+
+    Without this check Python's class creation fails with a bare MRO ``TypeError``
+    ("Cannot create a consistent method resolution order").
+
+    Raises:
+      TypeError: naming the class, its own base and how to use either.
+    """
+    if isinstance(base_class, type) and issubclass(base_class, VRGDCommon):
+        base = base_class._vrgd_base_class
+        raise TypeError(
+            f"make_vrgd_optimizer: `base_class={base_class.__name__}` is already a VRGD "
+            f"optimizer (its base is {base.__module__}.{base.__name__}). Use "
+            f"{base_class.__name__} directly, or pass a plain optimizer class, e.g. "
+            f"make_vrgd_optimizer({base.__module__}.{base.__name__})."
+        )
 
 
 def vrgd_signature(base_cls, defaults: settings.VRGDSettings, class_name: str) -> inspect.Signature:
@@ -269,12 +316,11 @@ class VRGDCommon:
         ``"layer_norm"``), but a pattern that matches nothing usually means a variable that
         was meant to be excluded is not.
         """
-        with tf.init_scope():  # build may run inside a traced step (Keras 3, no strategy)
-            config = self.get_config()
+        lists = exclusion_lists(self)
         names = [naming.variable_name(v) for v in variables]
         seen = None
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
-            patterns = config.get(arg)
+            patterns = lists[arg]
             if not patterns or patterns == seen:
                 continue  # the layer-adaptation list falls back to the weight-decay list
             seen = patterns
@@ -314,6 +360,7 @@ class VRGDCommon:
             reduced = [
                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in reduced
             ]
+            aggregated.mark_aggregated(reduced)
         return list(zip(reduced, [v for _, v in pairs]))
 
     def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):

@@ -168,7 +168,8 @@ def make_vrgd_optimizer(
       rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
-      TypeError: ``base_class`` is not a Keras 3 optimizer class.
+      TypeError: ``base_class`` is not a Keras 3 optimizer class, or is already a VRGD
+        class (e.g. ``VRGDLamb``; the message names its base).
     """
     if not (isinstance(base_class, type) and issubclass(base_class, keras.optimizers.Optimizer)):
         raise TypeError(

@@ -34,7 +34,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import common, gsnr, settings, validation
+from vrgd_tf import aggregated, common, gsnr, settings, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -170,6 +170,40 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
             return super()._aggregate_gradients(grads_and_vars)
         return self._vrgd_reduce(grads_and_vars, ctx)
 
+    def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+        """``OptimizerV2.apply_gradients``; refuses to skip the VRGD aggregation.
+
+        Raises:
+          ValueError: ``experimental_aggregate_gradients=False`` with gradients that this
+            optimizer's own aggregation did not return (tf_keras' ``LossScaleOptimizer``
+            aggregates through it and then passes False: that is allowed). Skipping the
+            aggregation would skip the GSNR step and train the base optimizer.
+        """
+        if not experimental_aggregate_gradients:
+            grads_and_vars = list(grads_and_vars)
+            _check_aggregated_by_vrgd(self, [g for g, _ in grads_and_vars])
+        return super().apply_gradients(
+            grads_and_vars,
+            name=name,
+            experimental_aggregate_gradients=experimental_aggregate_gradients,
+        )
+
+
+def _check_aggregated_by_vrgd(optimizer, grads) -> None:
+    """Raises unless every gradient in ``grads`` came out of the VRGD aggregation."""
+    if aggregated.all_aggregated(grads):
+        return
+    name = type(optimizer).__name__
+    raise ValueError(
+        f"{name}.apply_gradients(..., experimental_aggregate_gradients=False) would skip "
+        "the cross-replica aggregation, which is where VRGD runs its GSNR step: the step "
+        "would be the base optimizer's, without variance reduction. Leave "
+        "`experimental_aggregate_gradients=True` (the default) and pass each replica's own "
+        f"gradients to {name}. If you sum the gradients yourself, sum them with "
+        "`vrgd_tf.GSNRAggregator` instead and give its output to a plain tf_keras optimizer "
+        "with `experimental_aggregate_gradients=False`."
+    )
+
 
 def _var_key(variable):
     """The key ``OptimizerV2`` uses for slots (distributed container aware)."""
@@ -206,6 +240,35 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
         self._set_hyper(name, value)
 
 
+def _refuse_aggregated_gradients(aggregate):
+    """Wraps ``OptimizerV2._aggregate_gradients`` (plain tf_keras optimizers; the VRGD ones
+    override it) to raise ``ValueError`` for gradients a GSNR step already summed over more
+    than one replica (:func:`vrgd_tf.aggregated.check_not_aggregated`): it would sum them
+    again. A trace-time check; the step is unchanged."""
+
+    def wrapped(self, grads_and_vars):
+        grads_and_vars = list(grads_and_vars)
+        aggregated.check_not_aggregated(
+            [g for g, _ in grads_and_vars],
+            f"{type(self).__name__}.apply_gradients",
+            "Pass `experimental_aggregate_gradients=False` to `apply_gradients` (the GSNR "
+            "step was the aggregation), or give the optimizer "
+            "`gradient_aggregator=aggregator.gradient_aggregator` and pass it each "
+            "replica's own gradients.",
+        )
+        return aggregate(self, grads_and_vars)
+
+    wrapped.vrgd_wraps = aggregate
+    wrapped.__doc__ = aggregate.__doc__
+    return wrapped
+
+
+if getattr(_OptimizerV2._aggregate_gradients, "vrgd_wraps", None) is None:
+    _OptimizerV2._aggregate_gradients = _refuse_aggregated_gradients(
+        _OptimizerV2._aggregate_gradients
+    )
+
+
 def make_vrgd_optimizer(
     base_class, *, name=None, default_beta_3=settings.DEFAULTS.beta_3, register=True, doc=None
 ):
@@ -228,7 +291,8 @@ def make_vrgd_optimizer(
       base rule cannot train (see ``vrgd_tf.validation.check_variable_dtypes``).
 
     Raises:
-      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass.
+      TypeError: ``base_class`` is not an ``OptimizerV2`` subclass, or is already a VRGD
+        class (e.g. ``VRGDLamb``; the message names its base).
     """
     if not (isinstance(base_class, type) and issubclass(base_class, _OptimizerV2)):
         raise TypeError(
