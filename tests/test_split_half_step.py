@@ -200,7 +200,10 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(np.stack([v.numpy() for v in state.split_half]), np.zeros([3, 4]))
         measured = run(stride)
         for a, b in zip(plain, measured):
-            self.assertAllEqual(a, b)
+            if jit:  # two XLA programs may fuse (and round) the factor's sums differently
+                self.assertAllClose(a, b, rtol=1e-6, atol=0.0)
+            else:
+                self.assertAllEqual(a, b)
         expected = reference_rows(samples, shapes, stride, replicas // 2)
         for i, (reliability, rho, pairs, defined) in enumerate(expected):
             got = state.split_half[i].numpy()
