@@ -26,6 +26,7 @@ from official.modeling.optimization import lars as mg_lars
 from official.modeling.optimization import optimizer_factory
 
 import vrgd_tf.model_garden as vmg
+from vrgd_tf import settings as vrgd_settings
 from vrgd_tf import tf_keras as vrgd_tf_keras
 from vrgd_tf.model_garden import configs as vconfigs
 from vrgd_tf.model_garden import registry
@@ -519,7 +520,7 @@ class YamlFilesTest(tf.test.TestCase):
             self.assertEqual(opt_b["optimizer"]["type"], opt)
             settings_a = dict(opt_a["optimizer"]["vrgd_" + opt])
             settings_b = dict(opt_b["optimizer"][opt])
-            for key in ("gamma", "beta_3", "statistics_interval", "squares_dtype", "name"):
+            for key in vrgd_settings.CONFIG_KEYS + ("name",):  # the VRGD settings, each once
                 settings_a.pop(key)
             settings_b.pop("name")
             self.assertEqual(settings_a, settings_b)
