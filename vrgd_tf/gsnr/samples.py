@@ -4,6 +4,7 @@ Pure functions around ``vrgd_tf.gsnr.collectives``: :func:`local_samples` prepar
 replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
 sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
 into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.layout.Layout`.
+:class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
 Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
 when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN);
@@ -12,14 +13,45 @@ without examples (the last short batch without ``drop_remainder=True``) sends ze
 not count. The count travels in the first all-reduce call, as one more float32 scalar.
 """
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import sparse
 
-__all__ = ["Local", "Summed", "local_samples", "assemble"]
+__all__ = ["GroupSquares", "Local", "Summed", "local_samples", "assemble"]
+
+
+class GroupSquares(NamedTuple):
+    """One replica's micro-batch groups for a GSNR step: their sums of squares and count.
+
+    The replica computed the gradients ``x_j`` of ``m = num_groups`` micro-batches at the
+    same weights and hands the step their sum ``sum_j x_j`` as its gradient; this record
+    carries the rest: ``k = replicas * m`` samples (``docs/spec.md`` section 1, contributing
+    samples). What :func:`vrgd_tf.gsnr.variance_reduce` takes as ``squares=``, and what
+    a VRGD optimizer's ``apply_grouped_gradients``
+    (:meth:`~vrgd_tf.VRGDLamb.apply_grouped_gradients`) posts to the step through its
+    ``SquaresChannel``.
+
+    Attributes:
+      sq_sums: this replica's ``sum_j x_j**2`` per gradient, dense tensors of the variables'
+        shapes (any float dtype, summed in float32; for a ``tf.IndexedSlices`` gradient,
+        the squares of each group's dense form). For the step, a sequence of ``n`` in the
+        gradients' order; on its way through the channel, a mapping ``{variable key:
+        tensor}`` (the family's ``_vrgd_var_key``; None where the gradient is None), put in
+        the order of the gradients by :meth:`in_order`. None: the step squares the
+        gradients itself (only with ``num_groups == 1``).
+      num_groups: Python int >= 1, the groups ``m`` per replica.
+    """
+
+    sq_sums: Union[Sequence, Mapping, None]
+    num_groups: int = 1
+
+    def in_order(self, keys: Sequence) -> "GroupSquares":
+        """This record with ``sq_sums`` the list ``[sq_sums[key] for key in keys]`` (None
+        for a key that is None). Raises KeyError for a key not in a mapping ``sq_sums``."""
+        return GroupSquares([None if k is None else self.sq_sums[k] for k in keys], self.num_groups)
 
 
 class Local(NamedTuple):
@@ -77,14 +109,15 @@ def _dense_float32(grad, entry) -> tf.Tensor:
     return tf.reshape(tf.cast(grad, tf.float32), [-1])
 
 
-def local_samples(layout, grads, sq_sums=None) -> Local:
+def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     """This replica's :class:`Local` for the step (pure).
 
     Args:
       layout: the step's :class:`~vrgd_tf.gsnr.layout.Layout`.
       grads: the ``n`` gradients, in layout order.
       sq_sums: None, or ``n`` dense tensors: the sums over the micro-batch groups of the
-        squared gradients (then the squares are not taken here).
+        squared gradients (:attr:`GroupSquares.sq_sums`; then the squares are not taken
+        here).
     """
     reduced = layout.on(*layout_lib.ALL_REDUCED)
     gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
