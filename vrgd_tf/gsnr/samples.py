@@ -7,12 +7,13 @@ into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.l
 :class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
 Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
-when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN);
-a replica
-without examples (the last short batch without ``drop_remainder=True``) sends zeros and does
-not count. The count travels in the first all-reduce call, as one more float32 scalar.
+when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN;
+:func:`any_nonzero`); a replica without examples (the last short batch without
+``drop_remainder=True``) sends zeros and does not count. The count travels in the first
+all-reduce call, as one more float32 scalar.
 """
 
+import itertools
 from typing import Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
@@ -20,7 +21,7 @@ import tensorflow as tf
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import sparse
 
-__all__ = ["GroupSquares", "Local", "Summed", "local_samples", "assemble"]
+__all__ = ["GroupSquares", "Local", "Summed", "any_nonzero", "local_samples", "assemble"]
 
 
 class GroupSquares(NamedTuple):
@@ -109,6 +110,47 @@ def _dense_float32(grad, entry) -> tf.Tensor:
     return tf.reshape(tf.cast(grad, tf.float32), [-1])
 
 
+#: The share of a replica's squares :func:`any_nonzero` reads first.
+_FIRST_SHARE = 1.0 / 16.0
+
+
+def _positive_or_nan(tensors) -> tf.Tensor:
+    # The sums of values >= 0: > 0 exactly where some value is, and NaN where one is (a
+    # non-finite gradient counts, so such a step keeps its k and is only told apart by its
+    # non-finite sums). Not the max: XLA's CPU max drops NaN, and grappler and XLA rewrite
+    # "not <= 0" into "> 0".
+    sums = tf.stack([tf.reduce_sum(t) for t in tensors])
+    return tf.reduce_any((sums > 0.0) | tf.math.is_nan(sums))
+
+
+def any_nonzero(squares: Sequence[tf.Tensor]) -> tf.Tensor:
+    """Scalar bool: whether some element of ``squares`` (float32 tensors of values >= 0 or
+    NaN: this replica's squares or sums of squares, and the magnitudes of its sparse rows
+    packed with their squares) is > 0 or NaN, i.e. whether the replica contributes (see
+    the module).
+
+    The smallest tensors, about ``_FIRST_SHARE`` of the elements (at least one tensor), are
+    read first; the others only in a ``tf.cond`` taken when those are all zero. A replica
+    with examples then reads about a sixteenth of its squares here instead of all of them
+    (a memory read of every variable's size saved per step), with the same answer.
+    """
+    squares = sorted((q for q in squares if q.shape.num_elements()), key=_num_elements)
+    if not squares:
+        return tf.constant(False)
+    sizes = list(itertools.accumulate(_num_elements(q) for q in squares))
+    first = max(1, sum(1 for n in sizes if n <= _FIRST_SHARE * sizes[-1]))
+    head, rest = squares[:first], squares[first:]
+    if not rest:
+        return _positive_or_nan(head)
+    return tf.cond(
+        _positive_or_nan(head), lambda: tf.constant(True), lambda: _positive_or_nan(rest)
+    )
+
+
+def _num_elements(tensor) -> int:
+    return tensor.shape.num_elements()
+
+
 def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     """This replica's :class:`Local` for the step (pure).
 
@@ -128,11 +170,7 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
-    peaks = [tf.reduce_max(q) for q in squares if q.shape.num_elements()]
-    peaks += [tf.reduce_max(p) for _, p in rows]
-    # "not <= 0" rather than "> 0": a NaN square (a non-finite gradient) counts, so such a
-    # step keeps its k and is only told apart by its non-finite sums.
-    nonzero = tf.reduce_any(~(tf.stack(peaks) <= 0.0)) if peaks else tf.constant(False)
+    nonzero = any_nonzero(list(squares) + [tf.abs(p) for _, p in rows])
     return Local(
         gradients=gradients,
         squares=squares,
