@@ -23,7 +23,15 @@ Recorded per epoch (the epoch's last step, as round 3 records its diagnostics): 
 field of ``vrgd_statistics()`` per variable, so the mean factor next to ``reliability``
 (Spearman-Brown), ``reliability_correlation`` (the halves' Pearson correlation),
 ``reliability_pairs`` and ``reliability_defined``. Validation only (the test set is not
-loaded). ``results/round3/reliability.json`` is rewritten atomically after each run;
+loaded).
+
+Then the demo (``--demo_optimizers``): ``examples/digits/digits_large_batch.py`` with its
+defaults (8 replicas, batch 1024, 40 epochs; it sets ``split_half=True`` on 4 replicas or
+more) for its VR optimizers, in a subprocess of its own; its per-epoch median reliability
+over variables and its last step's per-variable rows are copied from the demo's
+``results.json``.
+
+``results/round3/reliability.json`` is rewritten atomically after each run;
 rerunning skips the finished runs.
 
 Example (from the repository root):
@@ -61,6 +69,9 @@ flags.DEFINE_integer("epochs", p3.EPOCHS, "Epochs per run (registered setting: 3
 flags.DEFINE_enum("layout", "replicas", ["replicas", "groups"], "See the module docstring.")
 flags.DEFINE_string("data_dir", None, "Fashion-MNIST IDX directory (default: Debian's).")
 flags.DEFINE_string("out", None, "JSON file (default results/round3/reliability.json).")
+flags.DEFINE_list(
+    "demo_optimizers", ["vrgd_lamb", "vrgd_lars"], "The digits demo's VR runs ('' = none)."
+)
 flags.DEFINE_bool("quick", False, "Smoke test: 1 epoch of 8k examples, own file.")
 
 
@@ -139,6 +150,66 @@ def run(pair, data):
     }
 
 
+def demo_command(optimizers, output_dir):
+    """The digits demo's command line (its defaults but ``optimizers``)."""
+    script = os.path.join(provenance.REPO, "examples", "digits", "digits_large_batch.py")
+    args = [sys.executable, script, f"--optimizers={','.join(optimizers)}"]
+    args += [f"--output_dir={output_dir}", "--keras_verbose=0"]
+    return args + (["--epochs=2", "--warmup_epochs=1"] if FLAGS.quick else [])
+
+
+#: The per-variable fields kept from the demo's last step.
+DEMO_FIELDS = (
+    "mean_factor",
+    "reliability",
+    "reliability_correlation",
+    "reliability_pairs",
+    "reliability_defined",
+)
+
+
+def demo_record(results, command, wall):
+    """The demo's VR runs of its ``results.json`` (dict), as recorded here."""
+    runs = {}
+    for name, r in results["runs"].items():
+        stats = r.get("vrgd_statistics") or {}
+        runs[name] = {
+            "peak_lr": r["peak_learning_rate"],
+            "median_reliability": r["curves"].get("reliability", []),
+            "test_accuracy": r["curves"].get("test_accuracy", []),
+            "last_step": {
+                v: {f: row.get(f) for f in DEMO_FIELDS}
+                for v, row in stats.get("per_variable", {}).items()
+            },
+        }
+    return {
+        "command": " ".join(
+            os.path.relpath(a, provenance.REPO) if a.startswith("/") else a for a in command[1:]
+        ),
+        "config": results["config"],
+        "runs": runs,
+        "wall_s": round(wall, 1),
+        "load_average": list(os.getloadavg()),
+        "provenance": provenance.snapshot(ignore=(results_prefix(),)),
+    }
+
+
+def run_demo(optimizers):
+    """Runs the digits demo for ``optimizers`` in a subprocess; :func:`demo_record`."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        command = demo_command(optimizers, tmp)
+        env = dict(os.environ, PYTHONPATH=provenance.REPO)
+        t0 = time.time()
+        subprocess.run(command, check=True, env=env, cwd=provenance.REPO)
+        with open(os.path.join(tmp, "results.json")) as f:
+            results = json.load(f)
+    return demo_record(results, command, time.time() - t0)
+
+
 def results_prefix():
     return os.path.relpath(os.path.dirname(out_path()), provenance.REPO) + os.sep
 
@@ -176,6 +247,13 @@ def main(argv):
         save_state(state)
         r = state["runs"][key]
         logging.info("  val %.2f wall %.0fs", r["curve"][-1]["val_acc"], r["wall_s"])
+    todo = [o for o in FLAGS.demo_optimizers if o not in state.get("demo", {}).get("runs", {})]
+    if todo:
+        logging.info("demo %s", todo)
+        record = run_demo(todo)
+        done = state.get("demo", {}).get("runs", {})
+        state["demo"] = dict(record, runs=dict(done, **record["runs"]))
+        save_state(state)
 
 
 if __name__ == "__main__":
