@@ -182,10 +182,11 @@ def demo_record(results, command, wall):
                 for v, row in stats.get("per_variable", {}).items()
             },
         }
+    shown = [
+        a if not a.startswith("--output_dir=") else "--output_dir=<temporary>" for a in command
+    ]
     return {
-        "command": " ".join(
-            os.path.relpath(a, provenance.REPO) if a.startswith("/") else a for a in command[1:]
-        ),
+        "command": " ".join([os.path.relpath(shown[1], provenance.REPO)] + shown[2:]),
         "config": results["config"],
         "runs": runs,
         "wall_s": round(wall, 1),
