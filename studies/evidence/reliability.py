@@ -168,8 +168,10 @@ DEMO_FIELDS = (
 )
 
 
-def demo_record(results, command, wall):
-    """The demo's VR runs of its ``results.json`` (dict), as recorded here."""
+def demo_record(results):
+    """``{"config", "runs"}``: the demo's config and VR runs of its ``results.json`` (a
+    dict), as recorded here (per run the rate, the per-epoch median reliability and test
+    accuracy, the last step's :data:`DEMO_FIELDS` per variable)."""
     runs = {}
     for name, r in results["runs"].items():
         stats = r.get("vrgd_statistics") or {}
@@ -182,21 +184,12 @@ def demo_record(results, command, wall):
                 for v, row in stats.get("per_variable", {}).items()
             },
         }
-    shown = [
-        a if not a.startswith("--output_dir=") else "--output_dir=<temporary>" for a in command
-    ]
-    return {
-        "command": " ".join([os.path.relpath(shown[1], provenance.REPO)] + shown[2:]),
-        "config": results["config"],
-        "runs": runs,
-        "wall_s": round(wall, 1),
-        "load_average": list(os.getloadavg()),
-        "provenance": provenance.snapshot(ignore=(results_prefix(),)),
-    }
+    return {"config": results["config"], "runs": runs}
 
 
 def run_demo(optimizers):
-    """Runs the digits demo for ``optimizers`` in a subprocess; :func:`demo_record`."""
+    """Runs the digits demo for ``optimizers`` in a subprocess: :func:`demo_record` with the
+    command, wall time, load and provenance."""
     import json
     import subprocess
     import tempfile
@@ -208,7 +201,16 @@ def run_demo(optimizers):
         subprocess.run(command, check=True, env=env, cwd=provenance.REPO)
         with open(os.path.join(tmp, "results.json")) as f:
             results = json.load(f)
-    return demo_record(results, command, time.time() - t0)
+    shown = [
+        a if not a.startswith("--output_dir=") else "--output_dir=<temporary>" for a in command
+    ]
+    return dict(
+        demo_record(results),
+        command=" ".join([os.path.relpath(shown[1], provenance.REPO)] + shown[2:]),
+        wall_s=round(time.time() - t0, 1),
+        load_average=list(os.getloadavg()),
+        provenance=provenance.snapshot(ignore=(results_prefix(),)),
+    )
 
 
 def results_prefix():
