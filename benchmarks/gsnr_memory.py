@@ -60,8 +60,7 @@ def child(beta_3, stats, inter):
             beta_3=beta_3,
             state=state,
             record_statistics=bool(stats),
-            sq_sums=[q.read_value() for q in squares],
-            num_groups=2,
+            squares=gsnr.GroupSquares([q.read_value() for q in squares], 2),
         )
         return tf.add_n([tf.reduce_sum(o) for o in out])
 

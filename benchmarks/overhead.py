@@ -23,8 +23,8 @@ ResNet-20, CIFAR layout, on scikit-learn digits upscaled to 32x32x3) and ``bert_
 tf_keras; ``vrgd_tf.tf_keras.VRGDLamb`` vs Model Garden ``lamb.LAMB``; random token ids, run
 in a child process), and ``embedding``, a recommendation-style Keras 3 model whose
 parameters are almost all one ``--embedding_rows`` x ``--embedding_dim`` table (1M x 32) with a
-``tf.IndexedSlices`` gradient, where ``vr_dense`` (the dense statistics of that gradient, as the
-library computed them before its exact sparse statistics) is timed and measured too. BERT-tiny's
+``tf.IndexedSlices`` gradient, where ``vr_dense`` (the statistics of that gradient's dense
+form, the aggregator's ``sparse_statistics="dense"``) is timed and measured too. BERT-tiny's
 word embedding gets a *dense* gradient (its MLM head is tied to it), so the sparse statistics do
 not apply there.
 

@@ -11,15 +11,16 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   base_allreduce  (tf_keras only) the base with its gradients summed by
                   ``ReplicaContext.all_reduce`` in the replica context, as VRGD does, instead
                   of ``OptimizerV2``'s merge_call path: separates the aggregation path;
-  sq              base + the squares, all-reduced exactly as VRGD sends them
-                  (``gsnr.sum_with_squares``: the float32 gradients, then their squares),
+  sq              base + the squares, all-reduced as VRGD sends them
+                  (``gsnr.sum_with_squares``: the float32 gradients, then their squares,
+                  one tensor per variable in each call; without VRGD's one-scalar count),
                   the update from the plain sum;
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
                   ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics;
   vr_dense        ``vr`` with the statistics of ``tf.IndexedSlices`` gradients taken on their
-                  dense form (the library before its sparse statistics): VR minus
+                  dense form (the aggregator's ``sparse_statistics="dense"``): VR minus
                   ``vr_dense`` is what the exact sparse statistics save;
   vr_beta3_0, vr_nostats_beta3_0
                   ``vr`` and ``vr_nostats`` with ``beta_3=0``: no factor momentum, so no

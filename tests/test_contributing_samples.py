@@ -168,6 +168,30 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         for a, b in zip(four, two):
             self.assertAllClose(a, b, rtol=1e-5, atol=1e-6)
 
+    @parameterized.parameters(False, True)
+    def test_a_replica_contributes_when_any_square_is_nonzero_or_nan(self, jit):
+        """``any_nonzero`` reads the small squares first and the large ones only in a branch
+        taken when those are all zero; one element > 0 or NaN anywhere counts, in graph mode
+        and under XLA (where the max of the squares used to drop a NaN, and "not <= 0"
+        became "> 0")."""
+        from vrgd_tf.gsnr import samples
+
+        sizes = [3, 5, 40, 400]  # the smallest 1/16 (3 + 5 + 40 elements) is read first
+
+        def squares(where, value):
+            out = [np.zeros(n, np.float32) for n in sizes]
+            if where is not None:
+                out[where][where] = value
+            return [tf.constant(q) for q in out]
+
+        fn = tf.function(lambda *q: samples.any_nonzero(q), jit_compile=jit)
+        self.assertFalse(fn(*squares(None, 0.0)))
+        for where in range(len(sizes)):
+            for value in (1e-30, np.nan):
+                self.assertTrue(fn(*squares(where, value)), msg=f"{where} {value}")
+        self.assertFalse(samples.any_nonzero([tf.zeros([0])]))
+        self.assertTrue(fn(*squares(3, 2.0)[::-1]))  # the order given does not matter
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from unittest import mock
 
 import keras
 import numpy as np
@@ -176,13 +175,31 @@ class SummariesTest(tf.test.TestCase):
     def test_missing_tensorboard_is_named_at_construction(self):
         """TensorFlow 2.21 does not install tensorboard; tf.summary.scalar then fails at the
         first write (TBNotInstalledError, seen with .ci/compat). The callback and the writer
-        refuse it up front, naming the package."""
-        with mock.patch.object(summaries, "_tensorboard_installed", return_value=False):
-            with self.assertRaisesRegex(ImportError, r"GSNRTensorBoard .*pip install tensorboard"):
-                vrgd_tf.GSNRTensorBoard("/tmp/x")
-            with self.assertRaisesRegex(ImportError, r"write_gsnr_summaries .*`tensorboard`"):
-                summaries.write_gsnr_summaries(vrgd_tf.VRGDSGD(0.1), step=1)
-        self.assertTrue(summaries._tensorboard_installed())  # this environment has it
+        refuse it up front, naming the package: in a fresh interpreter where ``tensorboard``
+        cannot be imported (``sys.modules["tensorboard"] = None`` before any import)."""
+        code = """
+import re, sys
+sys.modules["tensorboard"] = None
+import vrgd_tf
+from vrgd_tf import summaries
+for make, pattern in [
+    (lambda: vrgd_tf.GSNRTensorBoard("/tmp/x"), r"GSNRTensorBoard .*pip install tensorboard"),
+    (
+        lambda: summaries.write_gsnr_summaries(vrgd_tf.VRGDSGD(0.1), step=1),
+        r"write_gsnr_summaries .*`tensorboard`",
+    ),
+]:
+    try:
+        make()
+    except ImportError as e:
+        assert re.search(pattern, str(e)), str(e)
+    else:
+        raise AssertionError("no ImportError for " + pattern)
+print("refused")
+"""
+        self.assertEqual(run_python(code).split(), ["refused"])
+        summaries.require_tensorboard("this test")  # this environment has it
+        vrgd_tf.GSNRTensorBoard(tempfile.mkdtemp())
 
     def test_tf_keras_callback_returns_a_tf_keras_callback(self):
         """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,

@@ -306,8 +306,9 @@ class GSNRAggregator(tf.Module):
             replica_context=replica_context,
             record_statistics=self._record_statistics(step),
             step=step,
-            sq_sums=None if sq_sums is None else [sq_sums[i] for i in present],
-            num_groups=num_groups,
+            squares=gsnr.GroupSquares(
+                None if sq_sums is None else [sq_sums[i] for i in present], num_groups
+            ),
             options=self._options,
         )
         self._report(reduced.report)

@@ -11,12 +11,16 @@ import contextlib
 import inspect
 import logging
 import threading
-from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from vrgd_tf import aggregated, naming, settings, validation
 from vrgd_tf.aggregator import GSNRAggregator
+
+# GroupSquares, the record the squares channel carries, is the GSNR step's input record
+# (defined in vrgd_tf.gsnr.samples); importable from here as before.
+from vrgd_tf.gsnr.samples import GroupSquares
 
 _LOG = logging.getLogger("vrgd_tf")
 
@@ -189,21 +193,6 @@ def vrgd_signature(base_cls, defaults: settings.VRGDSettings, class_name: str) -
     return inspect.Signature(params + settings.signature_parameters(defaults) + var_kw)
 
 
-class GroupSquares(NamedTuple):
-    """One replica's micro-batch squares, from :meth:`VRGDCommon.apply_grouped_gradients` to
-    the GSNR step of the ``apply_gradients`` call it makes.
-
-    Attributes:
-      sq_sums: ``{variable key: sum over the groups of the squared gradient}`` (dense, the
-        variable's shape; None where the gradient is None), keyed by the family's
-        ``_vrgd_var_key``.
-      num_groups: int >= 1, the micro-batch groups ``m`` per replica.
-    """
-
-    sq_sums: Mapping
-    num_groups: int
-
-
 class SquaresChannel:
     """The one route by which :class:`GroupSquares` reach the GSNR step.
 
@@ -341,18 +330,16 @@ class VRGDCommon:
         :class:`SquaresChannel` when :meth:`apply_grouped_gradients` is the caller.
         """
         pairs = list(grads_and_vars)
-        groups = self._vrgd_squares.receive()
-        sq_sums, num_groups = None, 1
-        if groups is not None:
-            num_groups = groups.num_groups
-            sq_sums = [
-                None if g is None else groups.sq_sums[self._vrgd_var_key(v)] for g, v in pairs
-            ]
+        groups = self._vrgd_squares.receive() or GroupSquares(None, 1)
+        if groups.sq_sums is not None:
+            groups = groups.in_order(
+                [None if g is None else self._vrgd_var_key(v) for g, v in pairs]
+            )
         reduced = self._vrgd(
             [g for g, _ in pairs],
             [v for _, v in pairs],
-            sq_sums=sq_sums,
-            num_groups=num_groups,
+            sq_sums=groups.sq_sums,
+            num_groups=groups.num_groups,
             step=self.iterations,
             replica_context=replica_context,
         )

@@ -34,7 +34,8 @@ The step is a composition of small stages, each a module of this package:
   sparse_statistics), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
   rows, sparse as dense; its sizes; its state index), built once per trace;
-* ``samples``: what this replica sends, and the sums it gets back per entry;
+* ``samples``: what this replica sends (with :class:`GroupSquares`, its micro-batch
+  groups' squares), and the sums it gets back per entry;
 * ``collectives``: every collective of the step and nothing else;
 * ``sparse``: exact statistics of sparse gradients on the rows some replica touched;
 * ``factors``, ``smoothing``, ``statistics``: pure math;
@@ -62,6 +63,7 @@ from vrgd_tf.gsnr.options import (
     validate_split_half_stride,
     validate_squares_dtype,
 )
+from vrgd_tf.gsnr.samples import GroupSquares
 from vrgd_tf.gsnr.smoothing import smooth_factor
 from vrgd_tf.gsnr.sparse import dense_gradient
 from vrgd_tf.gsnr.state import VRGDState
@@ -86,6 +88,7 @@ __all__ = [
     "FactorContext",
     "GSNROptions",
     "GSNRStatistics",
+    "GroupSquares",
     "ReducedGradients",
     "StepReport",
     "VRGDState",

@@ -38,6 +38,7 @@ __all__ = [
     "subsample_stride",
     "plan",
     "local_half",
+    "with_half",
     "rows",
 ]
 
@@ -130,6 +131,14 @@ def local_half(plan_: Plan, local, replica_context) -> tf.Tensor:
     x = _subsample(local.gradients, plan_.strides)
     q = _subsample(local.squares, plan_.strides)
     return tf.concat([x, q], 0) * in_a
+
+
+def with_half(plan_: Optional[Plan], local, replica_context):
+    """``local`` (a :class:`vrgd_tf.gsnr.samples.Local`) with its ``half`` set to
+    :func:`local_half` when there is a plan; unchanged when ``plan_`` is None."""
+    if plan_ is None:
+        return local
+    return local._replace(half=local_half(plan_, local, replica_context))
 
 
 def rows(plan_: Plan, layout, summed, rtol: float) -> tf.Tensor:

@@ -4,22 +4,55 @@ Pure functions around ``vrgd_tf.gsnr.collectives``: :func:`local_samples` prepar
 replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
 sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
 into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.layout.Layout`.
+:class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
 Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
-when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN);
-a replica
-without examples (the last short batch without ``drop_remainder=True``) sends zeros and does
-not count. The count travels in the first all-reduce call, as one more float32 scalar.
+when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN;
+:func:`any_nonzero`); a replica without examples (the last short batch without
+``drop_remainder=True``) sends zeros and does not count. The count travels in the first
+all-reduce call, as one more float32 scalar.
 """
 
-from typing import NamedTuple, Optional, Tuple
+import itertools
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import sparse
 
-__all__ = ["Local", "Summed", "local_samples", "assemble"]
+__all__ = ["GroupSquares", "Local", "Summed", "any_nonzero", "local_samples", "assemble"]
+
+
+class GroupSquares(NamedTuple):
+    """One replica's micro-batch groups for a GSNR step: their sums of squares and count.
+
+    The replica computed the gradients ``x_j`` of ``m = num_groups`` micro-batches at the
+    same weights and hands the step their sum ``sum_j x_j`` as its gradient; this record
+    carries the rest: ``k = replicas * m`` samples (``docs/spec.md`` section 1, contributing
+    samples). What :func:`vrgd_tf.gsnr.variance_reduce` takes as ``squares=``, and what
+    a VRGD optimizer's ``apply_grouped_gradients``
+    (:meth:`~vrgd_tf.VRGDLamb.apply_grouped_gradients`) posts to the step through its
+    ``SquaresChannel``.
+
+    Attributes:
+      sq_sums: this replica's ``sum_j x_j**2`` per gradient, dense tensors of the variables'
+        shapes (any float dtype, summed in float32; for a ``tf.IndexedSlices`` gradient,
+        the squares of each group's dense form). For the step, a sequence of ``n`` in the
+        gradients' order; on its way through the channel, a mapping ``{variable key:
+        tensor}`` (the family's ``_vrgd_var_key``; None where the gradient is None), put in
+        the order of the gradients by :meth:`in_order`. None: the step squares the
+        gradients itself (only with ``num_groups == 1``).
+      num_groups: Python int >= 1, the groups ``m`` per replica.
+    """
+
+    sq_sums: Union[Sequence, Mapping, None]
+    num_groups: int = 1
+
+    def in_order(self, keys: Sequence) -> "GroupSquares":
+        """This record with ``sq_sums`` the list ``[sq_sums[key] for key in keys]`` (None
+        for a key that is None). Raises KeyError for a key not in a mapping ``sq_sums``."""
+        return GroupSquares([None if k is None else self.sq_sums[k] for k in keys], self.num_groups)
 
 
 class Local(NamedTuple):
@@ -77,14 +110,56 @@ def _dense_float32(grad, entry) -> tf.Tensor:
     return tf.reshape(tf.cast(grad, tf.float32), [-1])
 
 
-def local_samples(layout, grads, sq_sums=None) -> Local:
+#: The share of a replica's squares :func:`any_nonzero` reads first.
+_FIRST_SHARE = 1.0 / 16.0
+
+
+def _positive_or_nan(tensors) -> tf.Tensor:
+    # The sums of values >= 0: > 0 exactly where some value is, and NaN where one is (a
+    # non-finite gradient counts, so such a step keeps its k and is only told apart by its
+    # non-finite sums). Not the max: XLA's CPU max drops NaN, and grappler and XLA rewrite
+    # "not <= 0" into "> 0".
+    sums = tf.stack([tf.reduce_sum(t) for t in tensors])
+    return tf.reduce_any((sums > 0.0) | tf.math.is_nan(sums))
+
+
+def any_nonzero(squares: Sequence[tf.Tensor]) -> tf.Tensor:
+    """Scalar bool: whether some element of ``squares`` (float32 tensors of values >= 0 or
+    NaN: this replica's squares or sums of squares, and the magnitudes of its sparse rows
+    packed with their squares) is > 0 or NaN, i.e. whether the replica contributes (see
+    the module).
+
+    The smallest tensors, about ``_FIRST_SHARE`` of the elements (at least one tensor), are
+    read first; the others only in a ``tf.cond`` taken when those are all zero. A replica
+    with examples then reads about a sixteenth of its squares here instead of all of them
+    (a memory read of every variable's size saved per step), with the same answer.
+    """
+    squares = sorted((q for q in squares if q.shape.num_elements()), key=_num_elements)
+    if not squares:
+        return tf.constant(False)
+    sizes = list(itertools.accumulate(_num_elements(q) for q in squares))
+    first = max(1, sum(1 for n in sizes if n <= _FIRST_SHARE * sizes[-1]))
+    head, rest = squares[:first], squares[first:]
+    if not rest:
+        return _positive_or_nan(head)
+    return tf.cond(
+        _positive_or_nan(head), lambda: tf.constant(True), lambda: _positive_or_nan(rest)
+    )
+
+
+def _num_elements(tensor) -> int:
+    return tensor.shape.num_elements()
+
+
+def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     """This replica's :class:`Local` for the step (pure).
 
     Args:
       layout: the step's :class:`~vrgd_tf.gsnr.layout.Layout`.
       grads: the ``n`` gradients, in layout order.
       sq_sums: None, or ``n`` dense tensors: the sums over the micro-batch groups of the
-        squared gradients (then the squares are not taken here).
+        squared gradients (:attr:`GroupSquares.sq_sums`; then the squares are not taken
+        here).
     """
     reduced = layout.on(*layout_lib.ALL_REDUCED)
     gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
@@ -95,11 +170,7 @@ def local_samples(layout, grads, sq_sums=None) -> Local:
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
-    peaks = [tf.reduce_max(q) for q in squares if q.shape.num_elements()]
-    peaks += [tf.reduce_max(p) for _, p in rows]
-    # "not <= 0" rather than "> 0": a NaN square (a non-finite gradient) counts, so such a
-    # step keeps its k and is only told apart by its non-finite sums.
-    nonzero = tf.reduce_any(~(tf.stack(peaks) <= 0.0)) if peaks else tf.constant(False)
+    nonzero = any_nonzero(list(squares) + [tf.abs(p) for _, p in rows])
     return Local(
         gradients=gradients,
         squares=squares,

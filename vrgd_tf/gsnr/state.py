@@ -140,8 +140,9 @@ def _update_rows(deficit, rows, new_rows, decay) -> None:
 
     The decay is a dense ``assign`` (one transient tensor of the variable's shape per
     replica outside XLA; XLA updates in place). An in-place ``ResourceScatterMul`` of every
-    row by the scalar saves that tensor but was 3 to 5 times slower on CPU (1M x 32 rows),
-    and a lazy per-row decay needs a per-row step counter (new state).
+    row by the scalar would save that tensor, at the price of a scatter over every row of
+    the variable instead of one streaming multiply (slower on CPU), and a lazy per-row
+    decay needs a per-row step counter (new state).
     """
     deficit.assign(deficit * decay)
     new_rows = tf.reshape(new_rows, [-1, rows.width])

@@ -7,7 +7,7 @@ diagnostics (recorded) -> output ``f * S1``. It returns the gradients with a
 warnings.
 """
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, Mapping, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -17,6 +17,7 @@ from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
 from vrgd_tf.gsnr import state as state_lib
 from vrgd_tf.gsnr.options import NOISE_RTOL, GSNROptions
+from vrgd_tf.gsnr.samples import GroupSquares
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS, statistics
 
 __all__ = ["StepReport", "ReducedGradients", "variance_reduce"]
@@ -64,15 +65,33 @@ class ReducedGradients(list):
         self.report = report
 
 
-def _checked_context(grads, sq_sums, num_groups, replica_context):
-    """The replica context; the one check per step of the context, ``num_groups`` and
-    ``sq_sums``."""
+def _group_squares(squares, keywords) -> GroupSquares:
+    """The step's :class:`GroupSquares`: ``squares``, or the one the alias keywords
+    ``sq_sums=`` / ``num_groups=`` give (popped from ``keywords``); ``GroupSquares(None, 1)``
+    without either."""
+    alias = {k: keywords.pop(k) for k in ("sq_sums", "num_groups") if k in keywords}
+    if squares is not None and alias:
+        raise TypeError(
+            "variance_reduce: pass `squares=GroupSquares(sq_sums, num_groups)` or its alias "
+            f"keywords `sq_sums=`, `num_groups=`, not both; got `squares` and {sorted(alias)}."
+        )
+    if squares is None:
+        return GroupSquares(alias.get("sq_sums"), alias.get("num_groups", 1))
+    if not isinstance(squares, GroupSquares):
+        raise TypeError(f"`squares` must be a vrgd_tf.gsnr.GroupSquares or None; got {squares!r}.")
+    return squares
+
+
+def _checked_context(grads, squares, replica_context):
+    """The replica context; the one check per step of the context and of ``squares``
+    (``num_groups``, ``sq_sums``)."""
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
         raise RuntimeError(
             "The GSNR step (vrgd_tf.gsnr.variance_reduce) must run in a replica context "
             "(inside `strategy.run` or `model.fit`), not in a cross-replica context."
         )
+    sq_sums, num_groups = squares
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups > 1 and sq_sums is None:
@@ -80,10 +99,11 @@ def _checked_context(grads, sq_sums, num_groups, replica_context):
             f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
             "gradients) is required when `num_groups` > 1."
         )
-    if sq_sums is not None and len(sq_sums) != len(grads):
+    if sq_sums is not None and (isinstance(sq_sums, Mapping) or len(sq_sums) != len(grads)):
+        got = "a mapping" if isinstance(sq_sums, Mapping) else len(sq_sums)
         raise ValueError(
-            f"`sq_sums` must hold one tensor per gradient: got {len(sq_sums)} for "
-            f"{len(grads)} gradients."
+            f"`sq_sums` must hold one tensor per gradient, in their order: got {got} for "
+            f"{len(grads)} gradients (GroupSquares.in_order orders a mapping)."
         )
     return ctx
 
@@ -100,9 +120,25 @@ def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
     return ReducedGradients(collectives.sum_plain(grads, ctx), report)
 
 
-def _factors(layout, summed, k, active, options) -> List[factors_lib.Factor]:
+class _Factors(NamedTuple):
+    """The factors of a step, per entry of its layout.
+
+    Attributes:
+      raw: the :class:`vrgd_tf.gsnr.factors.Factor` of each entry (before the momentum).
+      applied: float32 ``[size]`` each, the factor applied to ``S1`` (after the momentum
+        and the factor transforms).
+      corrections: the new ``c_t`` per entry (``beta_3 > 0``), else None.
+    """
+
+    raw: List[factors_lib.Factor]
+    applied: List[tf.Tensor]
+    corrections: Optional[List[tf.Tensor]]
+
+
+def _factors(layout, summed, options) -> List[factors_lib.Factor]:
     """Per entry, the raw factor; none is defined on a step without a GSNR (threshold Inf).
     The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
+    k, active = tf.maximum(summed.count, 1.0), summed.count >= 2.0
     out = []
     for e, s1, s2 in zip(layout.entries, summed.s1, summed.s2):
         rtol = NOISE_RTOL if e.path == layout_lib.SPARSE_ROWS else options.rtol
@@ -111,83 +147,92 @@ def _factors(layout, summed, k, active, options) -> List[factors_lib.Factor]:
     return out
 
 
-def _smoothed(layout, state, summed, raw, active, finite, options):
-    """``(applied, c_t)``: the factors after the momentum (``beta_3 > 0``; the state is
-    committed on a finite step with a GSNR), else the raw factors and None."""
+def _report(layout, summed, raw) -> StepReport:
+    """The :class:`StepReport` of a step with a layout, from its sums and raw factors."""
+    active = summed.count >= 2.0
+    finite = tf.reduce_all([f.finite for f in raw])
+    no_defined = tf.equal(tf.add_n([f.num_defined for f in raw]), 0.0)
+    inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
+    return StepReport(layout.num_samples, summed.count, active, finite, inert)
+
+
+def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
+    """The factors after the momentum (``beta_3 > 0``; the state is committed on a finite
+    step with a GSNR), else the raw factors."""
     if options.beta_3 == 0.0:
-        return list(raw), None
+        return _Factors(raw, [f.factor for f in raw], None)
     beta_3, gamma = options.beta_3, options.gamma
     previous = state_lib.read(layout, state, summed.rows)
     corrections = [smoothing.next_correction(c, beta_3) for c in previous.corrections]
     applied, deficits = [], []
     for f, d, c in zip(raw, previous.deficits, corrections):
-        p_hat, new_deficit = smoothing.smooth(f, d, tf.where(active, c, _INF), beta_3, gamma)
+        c = tf.where(report.active, c, _INF)
+        p_hat, new_deficit = smoothing.smooth(f.factor, d, c, beta_3, gamma)
         applied.append(p_hat)
         deficits.append(new_deficit)
-    predicate = tf.logical_and(finite, active)
+    predicate = tf.logical_and(report.finite, report.active)
     state_lib.commit(layout, state, deficits, corrections, summed.rows, beta_3, predicate)
-    return applied, corrections
+    return _Factors(raw, applied, corrections)
 
 
-def _transformed(layout, summed, applied, variables, options, step):
-    """The applied factors after ``options.factor_transforms`` (:class:`FactorContext`)."""
+def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
+    """The factors with ``applied`` after ``options.factor_transforms``
+    (:class:`FactorContext`)."""
     if not options.factor_transforms:
-        return applied
+        return factors
     out = []
-    for e, a, s1, s2 in zip(layout.entries, applied, summed.s1, summed.s2):
+    for e, a, s1, s2 in zip(layout.entries, factors.applied, summed.s1, summed.s2):
         context = factors_lib.FactorContext(
             e.position, variables[e.position], s1, s2, layout.num_samples, step
         )
         out.append(factors_lib.transform(options.factor_transforms, a, context))
-    return out
+    return factors._replace(applied=out)
 
 
-def _record(layout, state, summed, factors, applied, corrections, report, record, gamma):
-    """Records the diagnostics on a recording step with finite sums: its statistics, or
-    zeros on a step without a GSNR."""
-    if record is False:
-        return
-    predicate = report.finite if record is True else tf.logical_and(record, report.finite)
-
+def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor:
+    """float32 ``[n, NUM_STATISTICS]``: the step's diagnostics, zeros without a GSNR."""
+    extra = None
+    if layout.on(layout_lib.SPARSE_ROWS):
+        extra = tf.stack(
+            [
+                state_lib.untouched_statistics(
+                    state, e, r, None if factors.corrections is None else factors.corrections[i]
+                )
+                if e.path == layout_lib.SPARSE_ROWS
+                else tf.zeros([2])
+                for i, (e, r) in enumerate(zip(layout.entries, summed.rows))
+            ]
+        )
+    sizes = [e.statistics_size for e in layout.entries]
     k = tf.maximum(report.samples, 1.0)
-
-    def rows():
-        extra = None
-        if layout.on(layout_lib.SPARSE_ROWS):
-            extra = tf.stack(
-                [
-                    state_lib.untouched_statistics(
-                        state, e, r, None if corrections is None else corrections[i]
-                    )
-                    if e.path == layout_lib.SPARSE_ROWS
-                    else tf.zeros([2])
-                    for i, (e, r) in enumerate(zip(layout.entries, summed.rows))
-                ]
-            )
-        sizes = [e.statistics_size for e in layout.entries]
-        values = statistics(summed.s1, factors, applied, k=k, gamma=gamma, sizes=sizes, extra=extra)
-        return tf.where(report.active, values, 0.0)
-
-    state_lib.record(state, [e.state_index for e in layout.entries], rows, predicate)
+    values = statistics(
+        summed.s1, factors.raw, factors.applied, k=k, gamma=gamma, sizes=sizes, extra=extra
+    )
+    return tf.where(report.active, values, 0.0)
 
 
-def _record_split_half(layout, state, summed, plan, report, record, rtol):
-    """Records the split-half reliability on a recording step with finite sums: measured
-    where the plan is and every one of the ``k`` samples contributed (the halves' sample
-    counts are static), else undefined rows (zeros)."""
+def _split_half_rows(layout, summed, plan, report, rtol) -> tf.Tensor:
+    """float32 ``[n, NUM_SPLIT_HALF]``: the split-half reliability, measured where the plan
+    is and every one of the ``k`` samples contributed (the halves' sample counts are
+    static), else undefined rows (zeros)."""
+    if plan is None:
+        return tf.zeros([len(layout.entries), halves.NUM_SPLIT_HALF])
+    complete = tf.equal(report.samples, float(plan.num_samples))
+    return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
+
+
+def _record(layout, state, summed, plan, factors, report, record, options) -> None:
+    """Records the diagnostics and the split-half reliability on a recording step
+    (``record``: Python bool or scalar bool tensor) with finite sums; each row is computed
+    inside its branch."""
     if record is False:
         return
     predicate = report.finite if record is True else tf.logical_and(record, report.finite)
-    n = len(layout.entries)
-
-    def rows():
-        if plan is None:
-            return tf.zeros([n, halves.NUM_SPLIT_HALF])
-        complete = tf.equal(report.samples, float(plan.num_samples))
-        return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
-
     indices = [e.state_index for e in layout.entries]
-    state_lib.record(state, indices, rows, predicate, kind="split_half")
+    rows = lambda: _statistics_rows(layout, state, summed, factors, report, options.gamma)  # noqa: E731
+    state_lib.record(state, indices, rows, predicate)
+    halves_rows = lambda: _split_half_rows(layout, summed, plan, report, options.rtol)  # noqa: E731
+    state_lib.record(state, indices, halves_rows, predicate, kind="split_half")
 
 
 def _outputs(layout, summed, applied) -> List:
@@ -218,17 +263,16 @@ def variance_reduce(
     replica_context: Optional[tf.distribute.ReplicaContext] = None,
     record_statistics=True,
     step=None,
-    sq_sums: Optional[Sequence] = None,
-    num_groups: int = 1,
+    squares: Optional[GroupSquares] = None,
     **options,
 ) -> ReducedGradients:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
     Call in the replica context, where the base optimizer would all-reduce (SUM) its
-    gradients. Each of the ``R`` replicas in sync may hold ``m = num_groups`` GSNR samples
-    (micro-batch groups): ``grads`` is then the sum of its groups' gradients and
-    ``sq_sums`` the sum of their element-wise squares, and ``k = R * m``. With ``m = 1``
-    (``sq_sums`` None) the squares are taken here.
+    gradients. Each of the ``R`` replicas in sync may hold ``m`` GSNR samples (micro-batch
+    groups): ``grads`` is then the sum of its groups' gradients and ``squares`` a
+    :class:`GroupSquares` of the sums of their element-wise squares and ``m``, and
+    ``k = R * m``. With ``m = 1`` (``squares`` None) the squares are taken here.
 
     The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
     ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable), this replica's
@@ -237,7 +281,7 @@ def variance_reduce(
     if there are float64 gradients, one of them in float64 (so that the output is
     ``factor * S1`` with ``S1`` exactly the base's sum); and, if there are
     ``tf.IndexedSlices`` gradients on the exact rows path (the default
-    ``sparse_statistics="rows"``, no ``sq_sums``, indices of static length), one
+    ``sparse_statistics="rows"``, no ``squares``, indices of static length), one
     ``all_gather(axis=0)`` of their indices and rows packed with squares: their statistics
     are computed on the union of the touched rows only, numerically those of their dense
     form (``vrgd_tf.gsnr.sparse``). Otherwise a sparse gradient is made dense for the
@@ -264,15 +308,18 @@ def variance_reduce(
         them).
       step: None or a scalar int tensor, the steps completed before this one; handed to
         the factor transforms as ``context.step``.
-      sq_sums: None, or a list of ``n`` dense tensors of the variables' shapes (any float
-        dtype, summed in float32): this replica's ``sum_j x_j**2`` over its ``num_groups``
-        micro-batch gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse
-        gradient, the squares of each group's dense form). Required when
-        ``num_groups > 1``.
-      num_groups: Python int >= 1, the number ``m`` of micro-batch groups per replica.
+      squares: None (one sample per replica), or a :class:`GroupSquares`: ``sq_sums``, a
+        list of ``n`` dense tensors of the variables' shapes (any float dtype, summed in
+        float32), this replica's ``sum_j x_j**2`` over its ``num_groups`` micro-batch
+        gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse gradient, the
+        squares of each group's dense form), required when ``num_groups > 1``; and
+        ``num_groups``, Python int >= 1, the number ``m`` of groups per replica.
       **options: the fields of :class:`vrgd_tf.gsnr.GSNROptions` as keywords (``gamma``,
-        ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``), or
-        ``options=`` one ``GSNROptions``.
+        ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``,
+        ``split_half_stride``), or ``options=`` one ``GSNROptions``. Also accepted, as
+        aliases of ``squares=GroupSquares(sq_sums, num_groups)`` (the keywords of the
+        first release; not together with ``squares``): ``sq_sums=`` (default None) and
+        ``num_groups=`` (default 1).
 
     Returns:
       :class:`ReducedGradients`: a list of ``n`` tensors, each of its gradient's dtype and
@@ -287,14 +334,16 @@ def variance_reduce(
     Raises:
       RuntimeError: called in a cross-replica context.
       TypeError, ValueError: an option outside its range, a gradient without a static
-        shape, ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not
-        matching ``grads``.
+        shape, ``squares`` not a :class:`GroupSquares` or given with its aliases,
+        ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not matching
+        ``grads``.
     """
+    squares = _group_squares(squares, options)
     options = GSNROptions.from_keywords(options)
     grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
     variables = list(variables)
-    ctx = _checked_context(grads, sq_sums, num_groups, replica_context)
-    num_samples = ctx.num_replicas_in_sync * num_groups
+    ctx = _checked_context(grads, squares, replica_context)
+    num_samples = ctx.num_replicas_in_sync * squares.num_groups
     if num_samples == 1 or not grads:
         return _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples)
     layout = layout_lib.build_layout(
@@ -302,36 +351,17 @@ def variance_reduce(
         variables,
         state,
         num_replicas=ctx.num_replicas_in_sync,
-        num_groups=num_groups,
-        squares_given=sq_sums is not None,
+        num_groups=squares.num_groups,
+        squares_given=squares.sq_sums is not None,
         sparse_statistics=options.sparse_statistics,
     )
-    local = samples_lib.local_samples(layout, grads, sq_sums)
     plan = halves.plan(layout, options.split_half_stride)
-    if plan is not None:
-        local = local._replace(half=halves.local_half(plan, local, ctx))
+    local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares.sq_sums), ctx)
     reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
-    samples = tf.maximum(summed.count, 1.0)
-    active = summed.count >= 2.0
-    factors = _factors(layout, summed, samples, active, options)
-    finite = tf.reduce_all([f.finite for f in factors])
-    raw = [f.factor for f in factors]
-    applied, corrections = _smoothed(layout, state, summed, raw, active, finite, options)
-    applied = _transformed(layout, summed, applied, variables, options, step)
-    no_defined = tf.equal(tf.add_n([f.num_defined for f in factors]), 0.0)
-    inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
-    report = StepReport(num_samples, summed.count, active, finite, inert)
-    _record(
-        layout,
-        state,
-        summed,
-        factors,
-        applied,
-        corrections,
-        report,
-        record_statistics,
-        options.gamma,
-    )
-    _record_split_half(layout, state, summed, plan, report, record_statistics, options.rtol)
-    return ReducedGradients(_outputs(layout, summed, applied), report)
+    raw = _factors(layout, summed, options)
+    report = _report(layout, summed, raw)
+    factors = _smoothed(layout, state, summed, raw, report, options)
+    factors = _transformed(layout, summed, factors, variables, options, step)
+    _record(layout, state, summed, plan, factors, report, record_statistics, options)
+    return ReducedGradients(_outputs(layout, summed, factors.applied), report)
