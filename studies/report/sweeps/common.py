@@ -1,44 +1,37 @@
-"""Helpers shared by the report sections: loading, formatting, statistics, run selection.
+"""Helpers shared by the sweeps' report sections: loading, formatting, statistics, run
+selection.
 
-Nothing here writes Markdown; the section modules do (see ``benchmarks/report/__init__.py``).
+Nothing here writes Markdown; the section modules do (see ``report/sweeps/__init__.py``).
 """
 
 import dataclasses
-import json
 import math
 import os
 
 import numpy as np
+from shared import load_json as load  # noqa: F401  (the sections' name for it)
+from shared import load_result
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RESULTS = os.path.join(REPO, "benchmarks", "results")
+STUDIES = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(STUDIES)
+RESULTS = os.path.join(STUDIES, "sweeps", "results")
 
 PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
 VR_LABEL = {"momentum": "VR-Momentum", "adam": "VR-Adam", "lamb": "VR-LAMB", "lars": "VR-LARS"}
-VARIANT_LABEL = {
-    "base": "base X",
-    "base_allreduce": "X summed by ReplicaContext.all_reduce (tf_keras only)",
-    "sq": "X + all-reduce of squares (a)",
-    "vr_nostats": "VR-X, statistics_interval=0 (no diagnostics)",
-    "vr": "VR-X, diagnostics every step (statistics_interval=1, the default)",
-    "vr_beta3_0": "VR-X with beta_3=0 (no factor state), diagnostics every step",
-    "vr_nostats_beta3_0": "VR-X with beta_3=0, statistics_interval=0",
-}
 
 
 @dataclasses.dataclass
 class Context:
-    """What one rendering shares between its sections.
+    """What one rendering of the sweeps' block shares between its sections.
 
     Attributes:
       inputs: ``{stem: loaded JSON or None}`` of the results files (``"sweep"``,
-        ``"overhead"``, ``"bert_mlm"``, ``"groups"``, ...); see :meth:`result`.
+        ``"bert_mlm"``, ...); see :meth:`result`.
       quick: rendering the ``--quick`` results.
       out_md: path of the Markdown being written.
       img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
-      headline, bert_headline, headline_ov: filled by the sweep, BERT and overhead sections
-        for the report's head and the README block.
-      readme_lines: further Markdown lines for the README block, from any section.
+      headline, bert_headline: filled by the sweep and BERT sections for the block's
+        summary.
     """
 
     inputs: dict
@@ -48,25 +41,14 @@ class Context:
     img_rel: str
     headline: list = dataclasses.field(default_factory=list)
     bert_headline: list = dataclasses.field(default_factory=list)
-    headline_ov: list = dataclasses.field(default_factory=list)
-    readme_lines: list = dataclasses.field(default_factory=list)
 
     def result(self, stem):
         """The JSON of ``stem`` given on the command line, else
-        ``benchmarks/results/<stem>.json`` (``<stem>_quick.json`` with ``--quick``), or None
+        ``studies/sweeps/results/<stem>.json`` (``<stem>_quick.json`` with ``--quick``), or None
         if there is no such file."""
         if stem not in self.inputs:
-            name = f"{stem}_quick.json" if self.quick else f"{stem}.json"
-            self.inputs[stem] = load(os.path.join(RESULTS, name))
+            self.inputs[stem] = load_result(RESULTS, stem, self.quick)
         return self.inputs[stem]
-
-
-def load(path):
-    """The JSON at ``path``, or None if ``path`` is empty or there is no such file."""
-    if path and os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return None
 
 
 def pct(x, digits=2):
