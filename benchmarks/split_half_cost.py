@@ -11,6 +11,21 @@ weights exactly (the reliability changes no gradient): checked and recorded.
 Models: the digits demo's MLP (64-256-256-10, 85k parameters, ``examples/digits``) and a wide
 MLP (64-1024-1024-10, 1.1M parameters), both with VR-LAMB.
 
+The cost per step (``cost_per_step`` of each run, and printed). The reliability's math runs
+only at recording steps, but its masked all-reduce of ``[g, g*g]`` travels on every step
+(``docs/spec.md`` section 4: a collective cannot sit in a branch taken only at recording
+steps); it carries a fixed subsample of about one element in ``statistics_interval`` of
+each variable (64 to 4096 per variable), so the extra all-reduce per step is about the full
+buffer's ``8 N`` bytes (``N`` parameters) divided by ``statistics_interval``:
+
+- ``extra_allreduce_bytes_per_step``: ``8 M``, ``M`` the subsample's elements
+  (``vrgd_tf.gsnr.halves.subsample_stride`` per variable), next to
+  ``full_buffer_bytes_over_interval`` ``= 8 N / statistics_interval``;
+- ``extra_ms_per_step``: the measured cost, ``(median ratio split_half / base - 1) x``
+  base's median ms per step, everything included (the extra all-reduce bytes on every
+  step, the per-element math at one step in ``statistics_interval``), and
+  ``extra_fraction_of_base_step``, the same as a fraction of base's step.
+
 Example:
   python benchmarks/split_half_cost.py --reps 7 --steps 20
 """
@@ -72,6 +87,40 @@ def _timer_class():
     return MlpTimer
 
 
+def cost_per_step(res, shapes, interval):
+    """The run's ``cost_per_step`` record (see the module) from :func:`timing.time_variants`'
+    ``res``, the model's variable shapes and ``statistics_interval``."""
+    import math
+
+    from vrgd_tf.gsnr import halves
+
+    n = sum(math.prod(s) for s in shapes)
+    m = sum(-(-math.prod(s) // halves.subsample_stride(s, interval)) for s in shapes)
+    extra = res["ratio"]["split_half"]["median"] - 1.0
+    return {
+        "parameters": int(n),
+        "subsample_elements": int(m),
+        "extra_allreduce_bytes_per_step": 8 * int(m),
+        "full_buffer_bytes": 8 * int(n),
+        "full_buffer_bytes_over_interval": round(8 * n / interval, 1),
+        "extra_fraction_of_base_step": round(extra, 4),
+        "extra_ms_per_step": round(extra * res["step_ms"]["base"]["median"], 3),
+    }
+
+
+def cost_line(cost, interval):
+    """The printed statement of a :func:`cost_per_step` record."""
+    return (
+        f"  cost per step: {cost['extra_ms_per_step']:+.2f} ms "
+        f"({100 * cost['extra_fraction_of_base_step']:+.1f}% of base's step); extra all-reduce "
+        f"{cost['extra_allreduce_bytes_per_step']:,} bytes per step (a subsample of "
+        f"{cost['subsample_elements']:,} of {cost['parameters']:,} elements): about the full "
+        f"[g, g*g] buffer's {cost['full_buffer_bytes']:,} bytes / statistics_interval "
+        f"{interval} = {cost['full_buffer_bytes_over_interval']:,.0f}, kept within 64 to 4096 "
+        "elements per variable"
+    )
+
+
 def time_model(model_name, interval, strategy, log):
     import numpy as np
 
@@ -127,6 +176,7 @@ def time_model(model_name, interval, strategy, log):
         }
     )
     res.pop("raw_step_s", None)
+    res["cost_per_step"] = cost_per_step(res, [w.shape for w in weights], interval)
     return res
 
 
@@ -136,7 +186,11 @@ def main(argv):
     harness.setup_devices(FLAGS.num_replicas)
     strategy = harness.strategy_for(FLAGS.num_replicas)
     out = FLAGS.out or os.path.join(harness.RESULTS_DIR, "split_half_cost.json")
-    results = {"runs": []}
+    results = {
+        "command": harness.command_line(),
+        "environment": harness.environment(),
+        "runs": [],
+    }
     for model_name in FLAGS.models:
         for interval in (int(i) for i in FLAGS.intervals):
             print(f"{model_name}, statistics_interval={interval}", flush=True)
@@ -148,6 +202,7 @@ def main(argv):
                 f"weights check {res['weights_check'].get('split_half')}",
                 flush=True,
             )
+            print(cost_line(res["cost_per_step"], interval), flush=True)
             harness.write_json(out, results)
     print(f"wrote {out}")
 

@@ -84,14 +84,19 @@ def optimizer_classes(pair):
     raise ValueError(f"unknown pair {pair!r}; the pairs are momentum, adam, lamb and lars.")
 
 
-def make_optimizer(pair, side, learning_rate, gamma=0.1, factor_transforms=()):
+def make_optimizer(pair, side, learning_rate, gamma=0.1, factor_transforms=(), **vr_settings):
     """The base (``side='base'``) or VR optimizer of ``pair``; VR with the library's
-    defaults, ``factor_transforms`` handed to its public extension point."""
+    defaults, ``factor_transforms`` handed to its public extension point and
+    ``vr_settings`` (other VRGD settings, e.g. ``split_half=True``) to the VR class only."""
     base_cls, vr_cls, kwargs = optimizer_classes(pair)
     if side == "base":
         return base_cls(learning_rate=learning_rate, **kwargs)
     return vr_cls(
-        learning_rate=learning_rate, gamma=gamma, factor_transforms=factor_transforms, **kwargs
+        learning_rate=learning_rate,
+        gamma=gamma,
+        factor_transforms=factor_transforms,
+        **kwargs,
+        **vr_settings,
     )
 
 
