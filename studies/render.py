@@ -6,8 +6,8 @@ writes only between the markers ``<!-- evidence:begin -->`` / ``<!-- evidence:en
 ``<!-- sweeps:begin -->`` / ``<!-- sweeps:end -->`` of docs/results.md (the cost benchmarks'
 sections after them are ``python3 benchmarks/render.py``'s, which keeps these blocks as they
 are) and ``<!-- results:begin -->`` / ``<!-- results:end -->`` of README.md (at most five lines
-of verdict and a link). With ``--quick``: only the sweeps' block, from their ``*_quick.json``,
-into docs/results_quick.md (the evidence study has no quick results).
+of verdict and a link). With ``--quick``: the sweeps' block from their ``*_quick.json`` into
+docs/results_quick.md, and there a one-line evidence block (the study has no quick results).
 
 Examples (from the repository root):
   python3 studies/render.py
@@ -113,8 +113,12 @@ def main(argv):
     if not text:
         text = "# VRGD results\n"
     os.makedirs(images_dir, exist_ok=True)
-    if not quick:
-        text = replace_block(text, BEGIN, END, evidence_block(images_dir, out_md), where=2)
+    evidence = (
+        "(The evidence study has no `--quick` results: see [results.md](results.md).)"
+        if quick
+        else evidence_block(images_dir, out_md)
+    )
+    text = replace_block(text, BEGIN, END, evidence, where=2)
     body = sweeps_block(images_dir, out_md)
     text = replace_block(text, SWEEPS_BEGIN, SWEEPS_END, body, where=_line_after(text, END))
     with open(out_md, "w") as f:
