@@ -16,7 +16,7 @@ Variants, per (model, devices, global batch):
   base_m<m> (``--accum_groups``) LAMB fed the sum of m groups' gradients, no squares, no
             GSNR: separates the cost of splitting the batch from that of VR.
 
-The step is a compiled custom loop (``benchlib.StepTimer``: ``tf.function`` around
+The step is a compiled custom loop (``timing.StepTimer``: ``tf.function`` around
 ``strategy.run`` in a ``tf.range`` loop, a fixed batch), for both models: the 1-D CNN is a
 Keras 3 model with ``vrgd_tf.VRGDLamb`` (not ``model.fit``, so that base and VR run the same
 loop); BERT-tiny is tf_keras (Model Garden ``BertPretrainerV2``) with
@@ -28,7 +28,7 @@ minutes of tracing and GBs per variant. ``vr_m8_while`` times the CNN with the w
 too. Devices are logical CPU devices (``MirroredStrategy`` over 1 or 8 of them,
 ``ReductionToOneDevice``).
 
-Timing as ``overhead.py`` (``benchlib.time_variants``): variants built side by side in one
+Timing as ``overhead.py`` (``timing.time_variants``): variants built side by side in one
 process, traced and warmed up, then ``--reps`` repetitions time every variant once in an
 order rotated per repetition; ratios variant/base within a repetition, min / median / max.
 BERT-tiny runs in a child process. Peak memory as ``overhead.py``: ``VmHWM`` of one child
@@ -40,6 +40,10 @@ the timed steps on the same batch: base_m<m> against base and vr_m8_while agains
 relative, which LAMB's normalised update amplifies over tens of steps); on one device vr_m1
 against base (k = 1: the VR step is the base step, bit for bit); and 1 device x 8 groups
 against 8 devices x 1 group (k = 8, the same samples).
+
+At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): VR's step time beyond the
+split into 8 groups and its peak memory with 8 groups, PASS/FAIL, exit status 1 on a failure
+(``--quick``: informative only).
 
 Examples:
   python benchmarks/groups.py --quick
@@ -54,7 +58,13 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import benchlib  # noqa: E402  (imports TensorFlow, runs no op: the device split comes first)
+import bert  # noqa: E402
+import bounds  # noqa: E402
+import children  # noqa: E402
+import harness  # noqa: E402  (imports TensorFlow, runs no op: the device split comes first)
+import models  # noqa: E402
+import peak_memory  # noqa: E402
+import timing  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration (a few minutes).")
@@ -281,7 +291,7 @@ def grouped_replica_step(model, opt, data, batch, loss_fn, m, squares, loop="unr
     return replica_step
 
 
-class GroupTimer(benchlib.StepTimer):
+class GroupTimer(timing.StepTimer):
     """One variant on one strategy: model, optimizer, the compiled grouped steps."""
 
     def __init__(
@@ -321,9 +331,9 @@ def _cnn_parts(batch):
     """(timer kwargs, parameter count, trainable variables) for the 1-D CNN."""
     import tensorflow as tf
 
-    build_model, x, y = benchlib.cnn1d_timing_data(batch)
-    weights = benchlib.init_weights(build_model, 0)
-    base_cls, vr_cls, kwargs = benchlib.optimizer_classes("lamb")
+    build_model, x, y = models.cnn1d_timing_data(batch)
+    weights = models.init_weights(build_model, 0)
+    base_cls, vr_cls, kwargs = models.optimizer_classes("lamb")
 
     def make_opt(vr):
         return (vr_cls if vr else base_cls)(learning_rate=LR, **kwargs)
@@ -358,14 +368,14 @@ def _bert_parts(batch, seq):
     import tf_keras
 
     tf_keras.utils.set_random_seed(0)
-    inputs, labels = benchlib.bert_random_batch(batch, seq)
-    m = benchlib.bert_tiny(seq)
+    inputs, labels = bert.bert_random_batch(batch, seq)
+    m = bert.bert_tiny(seq)
     m(inputs)
     weights = m.get_weights()
     count = float(labels.size)
 
     def make_opt(vr):
-        return benchlib.bert_lamb("vr" if vr else "base", learning_rate=LR)
+        return bert.bert_lamb("vr" if vr else "base", learning_rate=LR)
 
     def loss_of(model):
         def loss_fn(part):
@@ -378,7 +388,7 @@ def _bert_parts(batch, seq):
     n_params = int(sum(int(tf.size(w)) for w in m.trainable_weights))
     return (
         dict(
-            build_model=lambda: benchlib.bert_tiny(seq),
+            build_model=lambda: bert.bert_tiny(seq),
             make_opt=make_opt,
             weights=weights,
             data=(inputs, labels),
@@ -424,10 +434,10 @@ def time_config(model, devices, batch, steps, reps, log, weights_out=None):
             raise app.UsageError(
                 f"{model}: batch {batch} is not a multiple of {devices} devices x {m} groups"
             )
-    strategy = benchlib.strategy_for(devices)
+    strategy = harness.strategy_for(devices)
     kwargs, n_params, n_vars = model_parts(model, batch)
     names = variant_names(model)
-    res = benchlib.time_variants(
+    res = timing.time_variants(
         lambda v: GroupTimer(strategy, model, v, **kwargs),
         names,
         steps,
@@ -494,7 +504,7 @@ def cnn_timing(doc, out, log, t_start):
             doc["timing"].append(res)
             _log_entry(res, log)
             doc["elapsed_s"] = round(time.time() - t_start, 1)
-            benchlib.write_json(out, doc)
+            harness.write_json(out, doc)
         # 1 device x m groups and m devices x 1 group: the same k samples, same weights.
         for m in groups:
             if m > 1 and 1 in final and m in final:
@@ -510,7 +520,7 @@ def cnn_timing(doc, out, log, t_start):
                     }
                 )
                 log(f"  cross-check k={m}: 1x{m} vs {m}x1 max rel diff {diff:.2e}")
-        benchlib.write_json(out, doc)
+        harness.write_json(out, doc)
 
 
 def _common_child_args():
@@ -536,7 +546,7 @@ def bert_child():
         res = time_config("bert_tiny", d, FLAGS.bert_batch, FLAGS.bert_steps, FLAGS.bert_reps, log)
         _log_entry(res, log)
         out.append(res)
-    benchlib.print_result(out)
+    children.print_result(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -554,12 +564,12 @@ def memory_child():
         FLAGS.child_variant,
         FLAGS.child_batch,
     )
-    strategy = benchlib.strategy_for(d)
+    strategy = harness.strategy_for(d)
     kwargs, _, _ = model_parts(model, batch)
-    rss0 = benchlib.rss_kb()
+    rss0 = peak_memory.rss_kb()
     timer = GroupTimer(strategy, model, variant, **kwargs)
     timer.run(tf.constant(FLAGS.memory_steps))
-    benchlib.print_result(benchlib.memory_result(rss0))
+    children.print_result(peak_memory.memory_result(rss0))
 
 
 def memory(log):
@@ -578,7 +588,7 @@ def memory(log):
             f"--memory_steps={FLAGS.memory_steps}",
         ] + _common_child_args()
 
-    raw = benchlib.memory_runs(
+    raw = peak_memory.memory_runs(
         __file__, configs, lambda c: variant_names(c[0]), FLAGS.memory_reps, child_args, log
     )
     out = []
@@ -592,21 +602,53 @@ def memory(log):
             "variants": {v: variant_info(v, c[0], c[1]) for v in names},
             "raw": raw[c],
         }
-        entry.update(benchlib.memory_ratios(raw[c], names))
+        entry.update(peak_memory.memory_ratios(raw[c], names))
         out.append(entry)
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# Main
+# Regression bounds and main
 # --------------------------------------------------------------------------------------------
+
+#: Regression bounds of the full run: VR's step time with 8 groups over LAMB fed the same 8
+#: groups' summed gradients (VR's cost beyond the split), and VR with 8 groups over LAMB in
+#: peak RSS.
+BOUNDS = (
+    bounds.above_recorded(
+        "vr_m8_over_base_m8_step", 1.083, "cnn1d, batch 4096, 1 device", {"model": "cnn1d"}
+    ),
+    bounds.above_recorded("vr_m8_peak_memory_ratio", 1.259, "cnn1d, 8 devices", {"model": "cnn1d"}),
+    bounds.above_recorded(
+        "vr_m8_peak_memory_ratio", 1.704, "BERT-tiny, 8 devices", {"model": "bert_tiny"}
+    ),
+)
+
+
+def bound_measurements(doc):
+    """Per timing entry with both variants, the median over repetitions of vr_m8 / base_m8;
+    per memory entry, vr_m8's peak-RSS ratio to base."""
+    import numpy as np
+
+    for e in doc["timing"]:
+        raw = e["raw_step_s"]
+        if "vr_m8" in raw and "base_m8" in raw:
+            ratio = float(np.median([a / b for a, b in zip(raw["vr_m8"], raw["base_m8"])]))
+            case = {"model": e["model"], "batch": e["batch"], "devices": e["devices"]}
+            yield bounds.Measurement("vr_m8_over_base_m8_step", case, ratio)
+    for m in doc["memory"]:
+        if isinstance(m.get("vr_m8"), dict):
+            case = {"model": m["model"], "batch": m["batch"], "devices": m["devices"]}
+            yield bounds.Measurement(
+                "vr_m8_peak_memory_ratio", case, m["vr_m8"]["peak_ratio"]["median"]
+            )
 
 
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    benchlib.apply_quick(QUICK)
-    benchlib.setup_devices(max(_ints(FLAGS.devices)))
+    harness.apply_quick(QUICK)
+    harness.setup_devices(max(_ints(FLAGS.devices)))
     if FLAGS.child == "bert":
         bert_child()
         return
@@ -615,17 +657,17 @@ def main(argv):
         return
 
     out = FLAGS.out or os.path.join(
-        benchlib.RESULTS_DIR, "groups_quick.json" if FLAGS.quick else "groups.json"
+        harness.RESULTS_DIR, "groups_quick.json" if FLAGS.quick else "groups.json"
     )
 
     def log(s):
         print(s, flush=True)
 
-    meminfo = benchlib.cpu_memory_info()
+    meminfo = peak_memory.cpu_memory_info()
     doc = {
         "kind": "groups",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "config": {
             k: FLAGS[k].value
             for k in (
@@ -659,7 +701,7 @@ def main(argv):
             "base_m<m>": "LAMB fed the sum of m groups' gradients (no squares, "
             "no GSNR): the cost of the split alone",
         },
-        "step": "compiled custom loop (benchlib.StepTimer) for both models; groups split "
+        "step": "compiled custom loop (timing.StepTimer) for both models; groups split "
         "with vrgd_tf.micro_batches.split_batch, serial tapes, summed with "
         "micro_batches.sum_group_gradients",
         "memory_method": "VmHWM (peak resident set) from /proc/self/status of one child "
@@ -681,7 +723,7 @@ def main(argv):
             f"--bert_reps={FLAGS.bert_reps}",
         ] + _common_child_args()
         try:
-            res, dt = benchlib.run_child(__file__, args, log)
+            res, dt = children.run_child(__file__, args, log)
             doc["timing"] += res
             for r in res:
                 log(f"  {r['devices']} device(s):")
@@ -691,15 +733,17 @@ def main(argv):
             doc.setdefault("errors", []).append(str(e))
             log(f"  bert_tiny failed: {e}")
         doc["elapsed_s"] = round(time.time() - t_start, 1)
-        benchlib.write_json(out, doc)
+        harness.write_json(out, doc)
     if FLAGS.memory:
         log("memory (child processes):")
         doc["memory"] = memory(log)
     doc["elapsed_s"] = round(time.time() - t_start, 1)
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     doc["complete"] = True
-    benchlib.write_json(out, doc)
+    doc["bounds"] = bounds.check(BOUNDS, bound_measurements(doc), not FLAGS.quick, log)
+    harness.write_json(out, doc)
     log(f"done in {doc['elapsed_s'] / 60:.1f} min -> {out}")
+    return bounds.exit_status(doc["bounds"])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ with no collective in the way), the gradients and sums of squares held in variab
 step runs three times; reported: (peak RSS - RSS before the first step) / (4 N bytes), for
 ``beta_3`` in {0, 0.9} with and without the diagnostics, with TensorFlow's default inter-op
 parallelism and with one inter-op thread (ops one at a time: the floor of the graph as
-written). The 8-replica BERT-tiny measurement is ``overhead.py``'s (docs/results.md).
+written). The 8-replica BERT-tiny measurement is ``overhead.py``'s (docs/results.md). At the
+end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``) on the one-thread rows: PASS/FAIL
+per configuration, exit status 1 on a failure.
 
 Example:
   python benchmarks/gsnr_memory.py            # about a minute
@@ -23,10 +25,38 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's vrgd_tf, installed or not
 
-import benchlib  # noqa: E402
+import bounds  # noqa: E402
+import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 BERT_TINY_SIZES = [3_906_816] + [11_097] * 42 + [4_384_058 - 3_906_816 - 42 * 11_097]
 CONFIGS = [(b3, stats, inter) for inter in (0, 1) for b3 in (0.0, 0.9) for stats in (0, 1)]
+
+#: Regression bounds: with one inter-op thread (the default parallelism varies by 1 to 1.5
+#: tensors between runs), no more [N] tensors at the peak than the code of 97b38ac held, before
+#: the diagnostics and the factor momentum were changed to hold fewer (its rows are "before"
+#: in the committed results/gsnr_memory.json; docs/cost_model.md, memory per replica).
+BOUNDS = tuple(
+    bounds.Bound(
+        "peak_tensors",
+        limit,
+        "the count before the diagnostics and the factor momentum held fewer [N] tensors",
+        {"beta_3": beta_3, "diagnostics": diagnostics, "inter_op_threads": 1},
+    )
+    for (beta_3, diagnostics), limit in {
+        (0.0, False): 5.9,
+        (0.0, True): 8.6,
+        (0.9, False): 9.1,
+        (0.9, True): 13.0,
+    }.items()
+)
+
+
+def bound_measurements(rows):
+    """The rows as :mod:`bounds` measurements."""
+    for row in rows:
+        case = {k: row[k] for k in ("beta_3", "diagnostics", "inter_op_threads")}
+        yield bounds.Measurement("peak_tensors", case, row["tensors"])
 
 
 def child(beta_3, stats, inter):
@@ -65,24 +95,24 @@ def child(beta_3, stats, inter):
         return tf.add_n([tf.reduce_sum(o) for o in out])
 
     step.get_concrete_function()
-    before = benchlib.rss_kb()
+    before = peak_memory.rss_kb()
     for _ in range(3):
         step()
-    print(json.dumps({"tensors": (benchlib.peak_kb() - before) * 1024 / (4 * n), "n": n}))
+    print(json.dumps({"tensors": (peak_memory.peak_kb() - before) * 1024 / (4 * n), "n": n}))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--out",
-        default=os.path.join(benchlib.RESULTS_DIR, "gsnr_memory.json"),
+        default=os.path.join(harness.RESULTS_DIR, "gsnr_memory.json"),
         help="JSON written with one row per configuration (default: %(default)s).",
     )
     parser.add_argument("--child", nargs=3, type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), int(args.child[2]))
-        return
+        return 0
     rows = []
     for beta_3, stats, inter in CONFIGS:
         cmd = [sys.executable, __file__, "--child", str(beta_3), str(stats), str(inter)]
@@ -94,13 +124,15 @@ def main():
         print(row, flush=True)
     doc = {
         "kind": "gsnr_memory",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "rows": rows,
     }
-    benchlib.write_json(args.out, doc)
+    doc["bounds"] = bounds.check(BOUNDS, bound_measurements(rows), enforce=True)
+    harness.write_json(args.out, doc)
     print("->", args.out)
+    return bounds.exit_status(doc["bounds"])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

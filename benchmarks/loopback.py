@@ -9,7 +9,7 @@ any exit (timeout, error, Ctrl-C); the collectives themselves time out too
 (``CommunicationOptions(timeout_seconds=...)``), so a run always stops by itself.
 
 Each worker builds every variant side by side (same initial weights, a fixed random batch),
-and :func:`benchlib.time_variants` times them in an order rotated by one per repetition, the
+and :func:`timing.time_variants` times them in an order rotated by one per repetition, the
 two workers in lockstep; worker 0 reports. Variants (``variants.py``):
 
   base       X (one all-reduce of the float32 gradients, 4 N bytes per worker and step);
@@ -51,7 +51,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from vrgd_tf import devices  # noqa: E402
 
-import benchlib  # noqa: E402 (imports TensorFlow, runs no op)
+import bert  # noqa: E402
+import harness  # noqa: E402 (imports TensorFlow, runs no op)
+import timing  # noqa: E402
 
 RESULT_TAG = "LOOPBACK_RESULT "
 MODELS = ("mlp", "bert_tiny")
@@ -139,15 +141,15 @@ def bert_vocab_2x(seq, vocab=30522):
     its 128-wide embedding, tied with the MLM head, and its output bias)."""
     import numpy as np
 
-    m = benchlib.bert_tiny(seq, vocab)
-    feats, _ = benchlib.bert_random_batch(2, seq)
+    m = bert.bert_tiny(seq, vocab)
+    feats, _ = bert.bert_random_batch(2, seq)
     m(feats)
     params = int(sum(np.prod(w.shape) for w in m.trainable_weights))
     rest = params - 129 * vocab
     return 2 * vocab + rest // 129
 
 
-class _Timer(benchlib.StepTimer):
+class _Timer(timing.StepTimer):
     """One variant: model + optimizer under the strategy and a multi-step ``tf.function``."""
 
     def __init__(self, strategy, build_model, make_opt, weights, features, labels, logits_of):
@@ -229,14 +231,14 @@ def _mlp_pieces(args, workers):
 
 def _bert_pieces(args, workers):
     batch = args.bert_batch * workers
-    feats, labels = benchlib.bert_random_batch(batch, args.bert_seq)
+    feats, labels = bert.bert_random_batch(batch, args.bert_seq)
     vocab2 = bert_vocab_2x(args.bert_seq)
 
     def make(v):
         vocab = vocab2 if v == "base_2x" else 30522
         return (
-            (lambda: benchlib.bert_tiny(args.bert_seq, vocab)),
-            (lambda: benchlib.bert_lamb("base" if v == "base_2x" else v)),
+            (lambda: bert.bert_tiny(args.bert_seq, vocab)),
+            (lambda: bert.bert_lamb("base" if v == "base_2x" else v)),
             feats,
             labels,
         )
@@ -288,14 +290,14 @@ def worker_main(args):
         return _Timer(strategy, build, make_opt, weights[key], feats, labels, logits_of)
 
     checks = {v: t for v, t in CHECKS.items() if v in args.variants and t in args.variants}
-    res = benchlib.time_variants(
+    res = timing.time_variants(
         make_timer, list(args.variants), args.steps, args.reps, log, checks=checks
     )
     raw = res["raw_step_s"]
     same_bytes = {}
     if "base_2x" in raw:
         for v in args.variants:
-            same_bytes[v] = benchlib.summarize([t / b for t, b in zip(raw[v], raw["base_2x"])])
+            same_bytes[v] = timing.summarize([t / b for t, b in zip(raw[v], raw["base_2x"])])
     n1, n2 = params["1x"], params.get("2x")
     payload = {v: BYTES_PER_PARAM.get(v, 8) * (n2 if v == "base_2x" else n1) for v in args.variants}
     res.update(info)
@@ -418,12 +420,12 @@ def run_pair(args, model, collective, log, workers=2):
 def run(args, log=print):
     """Runs every (model, collective) and writes the JSON; returns the document."""
     out = args.out or os.path.join(
-        benchlib.RESULTS_DIR, "loopback_quick.json" if args.quick else "loopback.json"
+        harness.RESULTS_DIR, "loopback_quick.json" if args.quick else "loopback.json"
     )
     doc = {
         "kind": "loopback",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "config": {
             k: getattr(args, k)
             for k in (
@@ -446,7 +448,7 @@ def run(args, log=print):
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if args.append and os.path.exists(out):
-        old = benchlib.read_json(out)
+        old = harness.read_json(out)
         doc["timing"], doc["errors"] = old.get("timing", []), old.get("errors", [])
         doc["earlier_commands"] = old.get("earlier_commands", []) + [old.get("command")]
     t0 = time.time()
@@ -474,11 +476,11 @@ def run(args, log=print):
                 + ", ".join(f"{v}={r['median']:.3f}" for v, r in res["ratio_same_bytes"].items())
             )
             doc["elapsed_s"] = round(time.time() - t0, 1)
-            benchlib.write_json(out, doc)
+            harness.write_json(out, doc)
     doc["elapsed_s"] = round(time.time() - t0, 1)
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     doc["complete"] = not doc["errors"]
-    benchlib.write_json(out, doc)
+    harness.write_json(out, doc)
     log(f"done in {doc['elapsed_s'] / 60:.1f} min -> {out}")
     return doc
 

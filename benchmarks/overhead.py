@@ -28,6 +28,9 @@ form, the aggregator's ``sparse_statistics="dense"``) is timed and measured too.
 word embedding gets a *dense* gradient (its MLM head is tied to it), so the sparse statistics do
 not apply there.
 
+At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): VR/base step time and peak
+memory per model, PASS/FAIL, exit status 1 on a failure (``--quick``: informative only).
+
 Examples:
   python benchmarks/overhead.py --quick
   python benchmarks/overhead.py
@@ -41,13 +44,18 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# Measurement pieces shared with groups.py (benchlib imports TensorFlow but runs no op, so
-# the logical-device split of main() still comes first).
-from benchlib import StepTimer, time_variants  # noqa: E402
-from benchlib import bert_lamb as _bert_opt  # noqa: E402
-from benchlib import bert_random_batch as _bert_data  # noqa: E402
-from benchlib import bert_tiny as _bert_build  # noqa: E402
-from benchlib import rss_kb as _rss_kb  # noqa: E402
+# The benchmarks' shared pieces (they import TensorFlow but run no op, so the logical-device
+# split of main() still comes first).
+import bounds  # noqa: E402
+import children  # noqa: E402
+import harness  # noqa: E402
+import models  # noqa: E402
+import peak_memory  # noqa: E402
+from bert import bert_lamb as _bert_opt  # noqa: E402
+from bert import bert_random_batch as _bert_data  # noqa: E402
+from bert import bert_tiny as _bert_build  # noqa: E402
+from peak_memory import rss_kb as _rss_kb  # noqa: E402
+from timing import StepTimer, time_variants  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration (minutes).")
@@ -159,6 +167,41 @@ QUICK = dict(
 #: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
 TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
 
+#: Regression bounds of the full run: VR/base (median over repetitions) step time and peak RSS.
+BOUNDS = (
+    bounds.above_recorded("vr_step_ratio", 1.148, "cnn1d LAMB, batch 512", {"model": "cnn1d"}),
+    bounds.above_recorded("vr_step_ratio", 1.123, "resnet20 LAMB", {"model": "resnet20"}),
+    bounds.above_recorded(
+        "vr_step_ratio",
+        1.607,
+        "BERT-tiny batch 64, re-measured in the sparse section",
+        {"model": "bert_tiny", "batch": 64},
+    ),
+    bounds.above_recorded(
+        "vr_step_ratio", 1.17, "BERT-tiny batch 256", {"model": "bert_tiny", "batch": 256}
+    ),
+    bounds.above_recorded("vr_peak_memory_ratio", 1.079, "cnn1d LAMB", {"model": "cnn1d"}),
+    bounds.Bound(
+        "vr_peak_memory_ratio",
+        1.51,
+        "issue 19: no worse than 1.43, within the 1.36-1.51 of the earlier code's recorded "
+        "runs (docs/cost_model.md)",
+        {"model": "bert_tiny"},
+    ),
+)
+
+
+def bound_measurements(doc):
+    """VR/base step time of every timing entry and peak memory of every memory entry."""
+    for e in doc["timing"]:
+        if "vr" in e["ratio"]:
+            case = {"model": e["model"], "pair": e["pair"], "batch": e["batch"]}
+            yield bounds.Measurement("vr_step_ratio", case, e["ratio"]["vr"]["median"])
+    for m in doc["memory"]:
+        if isinstance(m.get("vr"), dict):
+            case = {"model": m["model"], "pair": m["pair"], "batch": m["batch"]}
+            yield bounds.Measurement("vr_peak_memory_ratio", case, m["vr"]["peak_ratio"]["median"])
+
 
 # --------------------------------------------------------------------------------------------
 # Keras 3 timing
@@ -166,13 +209,12 @@ TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
 
 
 def _model_and_data(model_name, batch):
-    import benchlib
 
     if model_name == "cnn1d":
-        return benchlib.cnn1d_timing_data(batch)
+        return models.cnn1d_timing_data(batch)
     if model_name == "resnet20":
-        x, y = benchlib.load_digits_images(32)
-        return (lambda: benchlib.resnet_cifar(FLAGS.resnet_depth)), x[:batch], y[:batch]
+        x, y = models.load_digits_images(32)
+        return (lambda: models.resnet_cifar(FLAGS.resnet_depth)), x[:batch], y[:batch]
     if model_name == "embedding":
         return _embedding_model_and_data(batch)
     raise ValueError(model_name)
@@ -238,19 +280,17 @@ class KerasTimer(StepTimer):
 
 
 def _variant_classes(pair, variant, family="keras"):
-    import benchlib
     import variants
 
-    base_cls, vr_cls, kwargs = benchlib.optimizer_classes(pair)
+    base_cls, vr_cls, kwargs = models.optimizer_classes(pair)
     cls, extra = variants.make_keras_variant(variant, base_cls, vr_cls)
     return cls, dict(kwargs, learning_rate=TIMING_LR[pair], **extra)
 
 
 def keras_timing(model_name, pair, batch, steps, reps, strategy, log, variant_names):
-    import benchlib
 
     build_model, x, y = _model_and_data(model_name, batch)
-    weights = benchlib.init_weights(build_model, 0)
+    weights = models.init_weights(build_model, 0)
 
     def make(v):
         cls, kw = _variant_classes(pair, v)
@@ -354,7 +394,6 @@ def embedding_timing(doc, out, log, t_start):
     """The embedding model, timed in one child process per pair and non-base variant, each
     beside its own base: every variant holds 8 replica copies of the 1M x 32 table and its
     optimizer state, too many to hold side by side in one process on this machine."""
-    import benchlib
 
     for pair in FLAGS.embedding_pairs:
         for v in [v for v in FLAGS.embedding_variants if v != "base"]:
@@ -379,7 +418,7 @@ def embedding_timing(doc, out, log, t_start):
                 doc.setdefault("embedding_errors", []).append(str(e))
                 log(f"  embedding failed: {e}")
             doc["elapsed_s"] = round(time.time() - t_start, 1)
-            benchlib.write_json(out, doc)
+            harness.write_json(out, doc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,12 +427,11 @@ def embedding_timing(doc, out, log, t_start):
 
 
 def child_main():
-    import benchlib
 
-    benchlib.setup_devices(FLAGS.replicas)
+    harness.setup_devices(FLAGS.replicas)
     import tensorflow as tf
 
-    strategy = benchlib.strategy_for(FLAGS.replicas)
+    strategy = harness.strategy_for(FLAGS.replicas)
     if FLAGS.child == "embedding":
         res = keras_timing(
             "embedding",
@@ -405,7 +443,7 @@ def child_main():
             lambda s: print(s, file=sys.stderr, flush=True),
             ["base", FLAGS.child_variant],
         )
-        benchlib.print_result(res)
+        children.print_result(res)
         return
     if FLAGS.child == "bert":
         res = bert_timing(
@@ -416,7 +454,7 @@ def child_main():
             FLAGS.reps,
             lambda s: print(s, file=sys.stderr, flush=True),
         )
-        benchlib.print_result(res)
+        children.print_result(res)
         return
     # memory
     model, pair, variant, batch = (
@@ -436,23 +474,21 @@ def child_main():
         timer = BertTimer(strategy, variant, m.get_weights(), batch, FLAGS.bert_seq)
     else:
         build_model, x, y = _model_and_data(model, batch)
-        weights = benchlib.init_weights(build_model, 0)
+        weights = models.init_weights(build_model, 0)
         rss0 = _rss_kb()
         cls, kw = _variant_classes(pair, variant)
         timer = KerasTimer(strategy, build_model, cls, kw, weights, x, y)
     timer.run(tf.constant(FLAGS.memory_steps))
-    benchlib.print_result(benchlib.memory_result(rss0))
+    children.print_result(peak_memory.memory_result(rss0))
 
 
 def _run_child(args, log):
-    import benchlib
 
-    return benchlib.run_child(__file__, args, log)
+    return children.run_child(__file__, args, log)
 
 
 def memory_runs(log):
     """Interleaved subprocesses: for rep: for config: for variant."""
-    import benchlib
 
     configs = []
     for model in [m for m in FLAGS.models if m in FLAGS.memory_models]:
@@ -490,11 +526,11 @@ def memory_runs(log):
             return list(FLAGS.embedding_memory_variants)
         return list(FLAGS.memory_variants)
 
-    raw = benchlib.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args, log)
+    raw = peak_memory.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args, log)
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
-        entry.update(benchlib.memory_ratios(raw[c], variants(c)))
+        entry.update(peak_memory.memory_ratios(raw[c], variants(c)))
         out.append(entry)
     return out
 
@@ -509,10 +545,8 @@ def loopback_runs(log):
     and returns its JSON document."""
     import subprocess
 
-    import benchlib
-
     out = os.path.join(
-        benchlib.RESULTS_DIR, "loopback_quick.json" if FLAGS.quick else "loopback.json"
+        harness.RESULTS_DIR, "loopback_quick.json" if FLAGS.quick else "loopback.json"
     )
     cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loopback.py")]
     cmd += ["--quick"] * FLAGS.quick + [f"--out={out}"] + FLAGS.loopback_args.split()
@@ -520,22 +554,21 @@ def loopback_runs(log):
     proc = subprocess.run(cmd, text=True)
     if proc.returncode != 0:
         log(f"  loopback.py exited with {proc.returncode}")
-    return benchlib.read_json(out) if os.path.exists(out) else None
+    return harness.read_json(out) if os.path.exists(out) else None
 
 
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    import benchlib
 
-    benchlib.apply_quick(QUICK)
+    harness.apply_quick(QUICK)
     if FLAGS.child:
         child_main()
         return
-    benchlib.setup_devices(FLAGS.replicas)
+    harness.setup_devices(FLAGS.replicas)
 
     out = FLAGS.out or os.path.join(
-        benchlib.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json"
+        harness.RESULTS_DIR, "overhead_quick.json" if FLAGS.quick else "overhead.json"
     )
     for name in ("variants", "resnet_variants", "bert_variants"):
         if "base" not in FLAGS[name].value:
@@ -544,11 +577,11 @@ def main(argv):
     def log(s):
         print(s, flush=True)
 
-    meminfo = benchlib.cpu_memory_info()
+    meminfo = peak_memory.cpu_memory_info()
     doc = {
         "kind": "overhead",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "config": {
             k: FLAGS[k].value
             for k in (
@@ -597,7 +630,7 @@ def main(argv):
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     t_start = time.time()
-    strategy = benchlib.strategy_for(FLAGS.replicas)
+    strategy = harness.strategy_for(FLAGS.replicas)
     for model in FLAGS.models:
         if model == "bert_tiny":
             continue
@@ -630,7 +663,7 @@ def main(argv):
                     + ", ".join(f"{v}={res['ratio'][v]['median']:.3f}" for v in names)
                 )
                 doc["elapsed_s"] = round(time.time() - t_start, 1)
-                benchlib.write_json(out, doc)
+                harness.write_json(out, doc)
     if "bert_tiny" in FLAGS.models:
         for bert_batch in [int(b) for b in FLAGS.bert_batches]:
             log(f"bert_tiny lamb batch {bert_batch} (child process):")
@@ -654,7 +687,7 @@ def main(argv):
                 doc.setdefault("bert_errors", []).append(str(e))
                 log(f"  bert_tiny failed: {e}")
             doc["elapsed_s"] = round(time.time() - t_start, 1)
-            benchlib.write_json(out, doc)
+            harness.write_json(out, doc)
     if FLAGS.memory:
         log("memory (subprocesses):")
         doc["memory"] = memory_runs(log)
@@ -663,8 +696,10 @@ def main(argv):
     doc["elapsed_s"] = round(time.time() - t_start, 1)
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     doc["complete"] = True
-    benchlib.write_json(out, doc)
+    doc["bounds"] = bounds.check(BOUNDS, bound_measurements(doc), not FLAGS.quick, log)
+    harness.write_json(out, doc)
     log(f"done in {doc['elapsed_s'] / 60:.1f} min -> {out}")
+    return bounds.exit_status(doc["bounds"])
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ Reported per mode, from the medians and from the minima over the repetitions:
 ``lamb_passes = lamb / pass``, ``vrgd_passes = vrgd / pass`` and ``gsnr_passes =
 (vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24). The numbers are of
 this machine and its load (2 cores shared with other work): read the ratios, not the times.
+At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL per mode, exit
+status 1 on a failure (``--quick``: informative only).
 
 Examples:
   python benchmarks/passes.py                 # about 5 minutes
@@ -41,9 +43,10 @@ if not os.environ.get("PYTHONPATH"):
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import benchlib  # noqa: E402
+import bounds  # noqa: E402
+import harness  # noqa: E402
 
-#: BERT-tiny's trainable variables (``benchlib.bert_tiny(128)``), in model order.
+#: BERT-tiny's trainable variables (``bert.bert_tiny(128)``), in model order.
 _LAYER = [(128, 2, 64), (2, 64)] * 3 + [(2, 64, 128), (128,), (128,), (128,)]
 _LAYER += [(128, 512), (512,), (512, 128), (128,), (128,), (128,)]
 BERT_TINY_SHAPES = (
@@ -53,6 +56,23 @@ BERT_TINY_SHAPES = (
 )
 QUICK_SHAPES = [(2000, 32), (32, 32), (32,), (64, 16)]
 NUM_GROUPS = 4
+
+#: Regression bounds of the full run: the GSNR part from the fastest repetitions, each mode.
+BOUNDS = (
+    bounds.Bound(
+        "gsnr_passes",
+        24.0,
+        "issue 19: the GSNR part of a VRGDLamb step at most 24 passes per element, in graph "
+        "mode and under XLA",
+    ),
+)
+
+
+def bound_measurements(rows):
+    """The rows of :func:`measure` as :mod:`bounds` measurements (min-based GSNR passes)."""
+    for row in rows:
+        case = {"jit_compile": row["jit_compile"], "stat": "min"}
+        yield bounds.Measurement("gsnr_passes", case, row["min"]["gsnr_passes"])
 
 
 def _variables(shapes):
@@ -174,7 +194,7 @@ def main(argv=None):
     reps = args.reps or (2 if args.quick else 21)
     steps = args.steps or (1 if args.quick else 5)
     out = args.out or os.path.join(
-        benchlib.RESULTS_DIR, "passes_quick.json" if args.quick else "passes.json"
+        harness.RESULTS_DIR, "passes_quick.json" if args.quick else "passes.json"
     )
     clock = time.perf_counter
     if args.cpu_time:
@@ -186,8 +206,8 @@ def main(argv=None):
     rows = measure(shapes, reps, steps, clock=clock)
     doc = {
         "kind": "passes",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "vrgd_tf": os.path.dirname(vrgd_tf.__file__),
         "elements": int(sum(int(np.prod(s)) for s in shapes)),
         "variables": len(shapes),
@@ -197,10 +217,11 @@ def main(argv=None):
         "steps": steps,
         "rows": rows,
     }
-    benchlib.write_json(out, doc)
+    doc["bounds"] = bounds.check(BOUNDS, bound_measurements(rows), enforce=not args.quick)
+    harness.write_json(out, doc)
     print("->", out)
     return doc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(bounds.exit_status(main()["bounds"]))

@@ -1,20 +1,18 @@
-r"""Renders docs/results.md (all but its evidence block) and docs/images/*.png from the
-benchmark JSON files.
+r"""Renders the cost part of docs/results.md, docs/images/*.png of it and the README's cost block
+from the benchmark JSON files.
 
 Every number in the output is computed from the JSON files under ``benchmarks/results/``
-(``sweep.py``, ``overhead.py``, ``bert_mlm.py``, ``groups.py`` and the other benchmarks);
-nothing is typed by hand, except the learning-rate probe section, which is carried over from
-the previous docs/results.md while its JSON is missing (it says so). "better" / "worse" in
-the sweep tables are decided by a two-sided paired t-test at 5 %, stated in the output. The
-evidence study's block (between ``<!-- evidence:begin -->`` and ``<!-- evidence:end -->``)
-is ``python3 studies/render.py``'s: it is kept as it is, after the report's title. The
-sections live in ``benchmarks/report/``, one module each (see ``report/__init__.py`` for
-how to add one); this file is the command line and the report's head; ``report/readme.py``
-writes the README's short benchmarks block and the full list it links to.
+(``overhead.py``, ``groups.py``, ``loopback.py`` and the other cost benchmarks); nothing is
+typed by hand. The studies' blocks (``<!-- evidence:begin -->`` ... ``<!-- evidence:end -->``
+and ``<!-- sweeps:begin -->`` ... ``<!-- sweeps:end -->``) are ``python3 studies/render.py``'s:
+they are kept as they are, after the report's title, and the cost part follows them. The
+sections live in ``benchmarks/report/``, one module each (see ``report/__init__.py`` for how
+to add one); this file is the command line and the cost part's head; ``report/readme.py``
+writes the README's short cost block and the full list it links to.
 
 Examples:
   python benchmarks/render.py --quick        # renders the *_quick.json results
-  python benchmarks/render.py                # renders sweep.json and overhead.json
+  python benchmarks/render.py                # renders overhead.json, groups.json, ...
 """
 
 import os
@@ -25,14 +23,12 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from report import SECTIONS  # noqa: E402
-from report.common import PAIR_LABEL, REPO, RESULTS, Context, load, pm, verdict  # noqa: E402
+from report.common import REPO, RESULTS, Context, load, study_blocks  # noqa: E402
 from report.readme import summary_section, write_readme_block  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_bool("quick", False, "Render the --quick results (sweep_quick.json, ...).")
-flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
+flags.DEFINE_bool("quick", False, "Render the --quick results (overhead_quick.json, ...).")
 flags.DEFINE_string("overhead", None, "Overhead JSON (default from --quick).")
-flags.DEFINE_string("bert", None, "BERT MLM JSON (default from --quick).")
 flags.DEFINE_string("groups", None, "Micro-batch groups cost JSON (default from --quick).")
 flags.DEFINE_string(
     "out_md",
@@ -47,7 +43,7 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "readme",
     None,
-    "Also rewrite the results block of this README (between "
+    "Also rewrite the cost block of this README (between "
     "the markers); default README.md for full results, none with --quick.",
 )
 
@@ -58,75 +54,25 @@ def _path(flag_value, stem):
     )
 
 
-EVIDENCE_BEGIN, EVIDENCE_END = "<!-- evidence:begin -->", "<!-- evidence:end -->"
-
-
-def _evidence_block(out_md):
-    """The evidence block of the existing ``out_md`` (markers included), kept verbatim; a
-    placeholder if there is none."""
-    if os.path.exists(out_md):
-        with open(out_md) as f:
-            text = f.read()
-        if EVIDENCE_BEGIN in text and EVIDENCE_END in text:
-            return text[text.index(EVIDENCE_BEGIN) : text.index(EVIDENCE_END) + len(EVIDENCE_END)]
-    return (
-        f"{EVIDENCE_BEGIN}\n(The evidence study's results: run `python3 studies/render.py`.)\n"
-        f"{EVIDENCE_END}"
-    )
-
-
-def main(argv):
-    del argv
-    sweep_path = _path(FLAGS.sweep, "sweep")
-    ov_path = _path(FLAGS.overhead, "overhead")
-    bert_path = _path(FLAGS.bert, "bert_mlm")
-    groups_path = _path(FLAGS.groups, "groups")
-    inputs = {
-        "sweep": load(sweep_path),
-        "overhead": load(ov_path),
-        "bert_mlm": load(bert_path),
-        "groups": load(groups_path),
-    }
-    sweep, ov, bert = inputs["sweep"], inputs["overhead"], inputs["bert_mlm"]
-    if FLAGS.out_md is None:
-        FLAGS.out_md = os.path.join(
-            REPO, "docs", "results_quick.md" if FLAGS.quick else "results.md"
-        )
-    if FLAGS.images_dir is None:
-        FLAGS.images_dir = os.path.join(REPO, "docs", "images", *(["quick"] if FLAGS.quick else []))
-    os.makedirs(FLAGS.images_dir, exist_ok=True)
-    img_rel = os.path.relpath(FLAGS.images_dir, os.path.dirname(os.path.abspath(FLAGS.out_md)))
-    ctx = Context(inputs, FLAGS.quick, FLAGS.out_md, FLAGS.images_dir, img_rel)
-    body = []
-    for section in SECTIONS:
-        section.render(ctx, body)
-    headline, bert_headline, headline_ov = ctx.headline, ctx.bert_headline, ctx.headline_ov
-
-    quick = (sweep or {}).get("config", {}).get("quick") or (ov or {}).get("config", {}).get(
-        "quick"
-    )
-    env = (sweep or ov or {}).get("environment", {})
+def _head(ov, ov_path, quick):
+    """The cost summary's first lines: where it comes from, the machine, what replicas are."""
+    env = (ov or {}).get("environment", {})
     head = [
-        "# VRGD results",
-        "",
-        "<!-- Generated by benchmarks/render.py from benchmarks/results/*.json; do not "
-        "edit by hand. -->",
+        "<!-- The rest of this file is generated by benchmarks/render.py from "
+        "benchmarks/results/*.json; do not edit by hand. -->",
         "",
     ]
     if quick:
         head += [
-            "> **These are `--quick` results** (small data, few epochs, 2 seeds): a smoke "
+            "> **These are `--quick` results** (small models, few repetitions): a smoke "
             "test of the pipeline, not evidence. Render the full runs for conclusions.",
             "",
         ]
-    head += [
-        f"Rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
-        f" from `{os.path.relpath(sweep_path, REPO)}` and "
-        f"`{os.path.relpath(ov_path, REPO)}`"
-        + (f" and `{os.path.relpath(bert_path, REPO)}`" if bert else "")
-        + f". Machine: {env.get('platform')}, "
-        f"{env.get('cpu_count')} CPU cores, TensorFlow {env.get('tensorflow')}, Keras "
-        f"{env.get('keras')}; load average at the start "
+    return head + [
+        f"Cost rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
+        f" from `{os.path.relpath(ov_path, REPO)}` and the other cost results. Machine: "
+        f"{env.get('platform')}, {env.get('cpu_count')} CPU cores, TensorFlow "
+        f"{env.get('tensorflow')}, Keras {env.get('keras')}; load average at the start "
         f"{env.get('loadavg_at_start')} (the cores were shared, so absolute times are "
         "noisy; ratios are measured within one process).",
         "",
@@ -136,57 +82,42 @@ def main(argv):
         "reflect per-op overheads more than communication.",
         "",
     ]
-    if headline or headline_ov or bert_headline:
-        head += ["## Headline (sweeps and cost)", ""]
-        for ds, pair, b, dt, dg, n, _, _ in headline:
-            head.append(
-                f"- {ds}, {PAIR_LABEL[pair]}, largest batch {b}: VR − base test "
-                f"accuracy {pm(dt)} pp ({verdict(dt)}), gap Δ {pm(dg)} pp "
-                f"({verdict(dg, higher_is_better=False)}; negative = smaller gap with VR), "
-                f"{n} seeds."
-            )
-        head += bert_headline
-        for e in headline_ov:
-            r = e["ratio"]["vr"]
-            extra = ""
-            if "vr_nostats" in e["ratio"]:
-                extra = f"; with statistics_interval=0 {e['ratio']['vr_nostats']['median']:.3f}"
-            head.append(
-                f"- Step time VR/base, {e['model']} {PAIR_LABEL.get(e['pair'], e['pair'])}"
-                f" batch {e['batch']}: median {r['median']:.3f} (min {r['min']:.3f}, "
-                f"max {r['max']:.3f}){extra}."
-            )
-        head.append("")
-    memory = (ov or {}).get("memory", [])
-    docs = [p for p in (sweep, bert, ov) if p]
-    summary = summary_section(
-        headline,
-        bert_headline,
-        headline_ov,
-        docs,
-        img_rel,
-        FLAGS.images_dir,
-        memory,
-        ctx.readme_lines,
+
+
+def main(argv):
+    del argv
+    ov_path = _path(FLAGS.overhead, "overhead")
+    inputs = {"overhead": load(ov_path), "groups": load(_path(FLAGS.groups, "groups"))}
+    ov = inputs["overhead"]
+    out_md = FLAGS.out_md or os.path.join(
+        REPO, "docs", "results_quick.md" if FLAGS.quick else "results.md"
     )
-    head[2:2] = [_evidence_block(FLAGS.out_md), ""] + summary
-    text = "\n".join(head + body).rstrip() + "\n"
+    img_dir = FLAGS.images_dir or os.path.join(REPO, "docs", "images", *["quick"] * FLAGS.quick)
+    os.makedirs(img_dir, exist_ok=True)
+    img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(out_md)))
+    ctx = Context(inputs, FLAGS.quick, out_md, img_dir, img_rel)
+    body = []
+    for section in SECTIONS:
+        section.render(ctx, body)
+    quick = (ov or {}).get("config", {}).get("quick")
+    memory = (ov or {}).get("memory", [])
+    docs = [d for d in (ov, inputs["groups"]) if d]
+    summary = summary_section(
+        ctx.headline_ov, docs, img_rel, img_dir, memory, ctx.readme_lines, _head(ov, ov_path, quick)
+    )
+    previous = ""
+    if os.path.exists(out_md):
+        with open(out_md) as f:
+            previous = f.read()
+    lines = ["# VRGD results", ""] + study_blocks(previous) + summary + body
+    text = "\n".join(lines).rstrip() + "\n"
     readme = FLAGS.readme or (None if FLAGS.quick else os.path.join(REPO, "README.md"))
     if readme:
-        write_readme_block(
-            readme,
-            headline,
-            bert_headline,
-            headline_ov,
-            docs,
-            FLAGS.images_dir,
-            memory,
-            ctx.readme_lines,
-        )
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out_md)), exist_ok=True)
-    with open(FLAGS.out_md, "w") as f:
+        write_readme_block(readme, ctx.headline_ov, memory)
+    os.makedirs(os.path.dirname(os.path.abspath(out_md)), exist_ok=True)
+    with open(out_md, "w") as f:
         f.write(text)
-    print(f"wrote {FLAGS.out_md} and {FLAGS.images_dir}/*.png")
+    print(f"wrote {out_md} and {img_dir}/*.png")
 
 
 if __name__ == "__main__":

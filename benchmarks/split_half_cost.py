@@ -3,7 +3,7 @@ r"""Step time of the split-half reliability of the GSNR (``split_half=True``), a
 For each model and ``statistics_interval`` (1 and 10), three variants are built side by side
 in ONE process on the same ``MirroredStrategy`` (8 logical CPU replicas,
 ``ReductionToOneDevice``) from the same weights and a fixed batch, and timed interleaved by
-:func:`benchlib.time_variants` (rotating order, ratio within each repetition): ``base`` the
+:func:`timing.time_variants` (rotating order, ratio within each repetition): ``base`` the
 VR optimizer without the split-half reliability, ``split_half`` the same with it, and
 ``plain`` the base optimizer (no VRGD), for scale. ``split_half`` must end with ``base``'s
 weights exactly (the reliability changes no gradient): checked and recorded.
@@ -37,6 +37,10 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import harness  # noqa: E402  (imports TensorFlow, runs no op: the device split comes first)
+import models  # noqa: E402
+import timing  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_replicas", 8, "Logical CPU replicas.")
 flags.DEFINE_integer("batch", 1024, "Global batch.")
@@ -50,12 +54,10 @@ WIDTHS = {"digits_mlp": (256, 256), "wide_mlp": (1024, 1024)}
 
 
 def _timer_class():
-    """The :class:`benchlib.StepTimer` of one variant (made after the device split)."""
+    """The :class:`timing.StepTimer` of one variant (made after the device split)."""
     import tensorflow as tf
 
-    from benchlib import StepTimer
-
-    class MlpTimer(StepTimer):
+    class MlpTimer(timing.StepTimer):
         def __init__(self, strategy, build_model, make_opt, weights, x, y):
             self.strategy = strategy
             with strategy.scope():
@@ -86,7 +88,7 @@ def _timer_class():
 
 
 def cost_per_step(res, shapes, interval):
-    """The run's ``cost_per_step`` record (see the module) from :func:`benchlib.time_variants`'
+    """The run's ``cost_per_step`` record (see the module) from :func:`timing.time_variants`'
     ``res``, the model's variable shapes and ``statistics_interval``."""
     import math
 
@@ -130,7 +132,6 @@ def time_model(model_name, interval, strategy, log):
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "digits"
         ),
     )
-    import benchlib
     import digits_large_batch as demo
 
     data = demo.load_data()
@@ -141,7 +142,7 @@ def time_model(model_name, interval, strategy, log):
     def build():
         return demo.build_model(WIDTHS[model_name])
 
-    weights = benchlib.init_weights(build, 0)
+    weights = models.init_weights(build, 0)
     kwargs = dict(learning_rate=1e-3, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"])
     makers = {
         "base": lambda: vrgd_tf.VRGDLamb(**kwargs, statistics_interval=interval),
@@ -155,7 +156,7 @@ def time_model(model_name, interval, strategy, log):
     def make(v):
         return timer(strategy, build, makers[v], weights, x, y)
 
-    res = benchlib.time_variants(
+    res = timing.time_variants(
         make,
         ["base", "split_half", "plain"],
         FLAGS.steps,
@@ -181,14 +182,13 @@ def time_model(model_name, interval, strategy, log):
 
 def main(argv):
     del argv
-    import benchlib
 
-    benchlib.setup_devices(FLAGS.num_replicas)
-    strategy = benchlib.strategy_for(FLAGS.num_replicas)
-    out = FLAGS.out or os.path.join(benchlib.RESULTS_DIR, "split_half_cost.json")
+    harness.setup_devices(FLAGS.num_replicas)
+    strategy = harness.strategy_for(FLAGS.num_replicas)
+    out = FLAGS.out or os.path.join(harness.RESULTS_DIR, "split_half_cost.json")
     results = {
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": harness.command_line(),
+        "environment": harness.environment(),
         "runs": [],
     }
     for model_name in FLAGS.models:
@@ -203,7 +203,7 @@ def main(argv):
                 flush=True,
             )
             print(cost_line(res["cost_per_step"], interval), flush=True)
-            benchlib.write_json(out, results)
+            harness.write_json(out, results)
     print(f"wrote {out}")
 
 

@@ -1,52 +1,43 @@
 """Training helpers of the studies (not a test, not part of the library).
 
-The Fashion-MNIST data and CNN, the optimizer pairs, a warm-up + cosine schedule whose
-parameters are variables, and a custom data-parallel training loop (``tf.function`` around
-``strategy.run``) traced once per optimizer and reused across seeds and learning rates.
-The loop runs either ``k`` replicas (logical CPU devices, one gradient per replica) or one
-device with ``m`` micro-batch groups (one gradient per group, handed to VRGD through
-``apply_grouped_gradients``): both give VRGD ``k`` GSNR samples of the same contiguous
-shards of the global batch, so the same weights up to float rounding.
+The Fashion-MNIST data and CNN, a warm-up + cosine schedule whose parameters are variables,
+and a custom data-parallel training loop (``tf.function`` around ``strategy.run``) traced
+once per optimizer and reused across seeds and learning rates. The loop runs either ``k``
+replicas (logical CPU devices, one gradient per replica) or one device with ``m`` micro-batch
+groups (one gradient per group, handed to VRGD through ``apply_grouped_gradients``): both
+give VRGD ``k`` GSNR samples of the same contiguous shards of the global batch, so the same
+weights up to float rounding. The devices, the optimizer pairs, the initial weights and the
+results files are :mod:`shared`'s (the module the cost benchmarks share), imported here under
+their names (``studylib.make_optimizer`` is ``shared.make_optimizer``).
 
 Call :func:`setup_devices` before any TensorFlow op: the logical device configuration must
 precede TensorFlow's runtime start. Nothing here imports from ``benchmarks/``.
 """
 
-import json
 import os
 import sys
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-from vrgd_tf import devices  # noqa: E402
+from shared import (  # noqa: E402, F401  (the studies' names for them)
+    init_weights,
+    make_optimizer,
+    optimizer_classes,
+    read_json,
+    setup_devices,
+    strategy_for,
+    write_json,
+)
 
 STUDIES = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(STUDIES)
 
 
 # --------------------------------------------------------------------------------------------
-# Devices, data, model
+# Data, model
 # --------------------------------------------------------------------------------------------
-
-
-def setup_devices(num_logical):
-    """Splits the physical CPU into ``num_logical`` logical devices (before TF initialises);
-    returns how many there are."""
-    return len(devices.split_cpu(num_logical, argument="--replicas"))
-
-
-_STRATEGIES = {}
-
-
-def strategy_for(k):
-    """MirroredStrategy over the first ``k`` logical CPUs (one object per ``k``)."""
-    if k not in _STRATEGIES:
-        _STRATEGIES[k] = devices.cpu_strategy(k, argument="--replicas")
-    return _STRATEGIES[k]
 
 
 def fashion_cnn(num_classes=10):
@@ -105,43 +96,8 @@ def prepare(data, with_test=True):
 
 
 # --------------------------------------------------------------------------------------------
-# Optimizers and the learning-rate schedule
+# The learning-rate schedule
 # --------------------------------------------------------------------------------------------
-
-_EXCLUDE = ["bias"]
-
-
-def optimizer_classes(pair):
-    """(base class, VR class, extra kwargs) of the studies' optimizer pairs."""
-    import keras
-
-    import vrgd_tf
-
-    if pair == "momentum":
-        return keras.optimizers.SGD, vrgd_tf.VRGDSGD, {"momentum": 0.9}
-    if pair == "lamb":
-        return (
-            vrgd_tf.Lamb,
-            vrgd_tf.VRGDLamb,
-            {"weight_decay_rate": 0.01, "exclude_from_weight_decay": _EXCLUDE},
-        )
-    raise ValueError(f"unknown pair {pair!r}; the studies use 'momentum' and 'lamb'.")
-
-
-def make_optimizer(pair, side, learning_rate, gamma=0.1, factor_transforms=(), **vr_settings):
-    """The base (``side='base'``) or VR optimizer of ``pair``; VR with the library's
-    defaults, ``factor_transforms`` handed to its public extension point and
-    ``vr_settings`` (other VRGD settings, e.g. ``split_half=True``) to the VR class only."""
-    base_cls, vr_cls, kwargs = optimizer_classes(pair)
-    if side == "base":
-        return base_cls(learning_rate=learning_rate, **kwargs)
-    return vr_cls(
-        learning_rate=learning_rate,
-        gamma=gamma,
-        factor_transforms=factor_transforms,
-        **kwargs,
-        **vr_settings,
-    )
 
 
 def make_schedule():
@@ -181,17 +137,6 @@ def make_schedule():
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
-
-
-def init_weights(build_model, seed):
-    """Initial weights of ``build_model()`` for ``seed`` (built outside any strategy)."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    model = build_model()
-    weights = model.get_weights()
-    del model
-    return weights
 
 
 def _cross_entropy_sum(model, x, y, batch):
@@ -376,22 +321,3 @@ def train_epochs(trainer, data, seed, batch, epochs, subset):
         if not math.isfinite(tr_loss):
             break
     return curve, diag, train_s
-
-
-# --------------------------------------------------------------------------------------------
-# Results files
-# --------------------------------------------------------------------------------------------
-
-
-def write_json(path, obj):
-    """Atomically writes ``obj`` as JSON (temp file + rename), so readers never see half."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
-    os.replace(tmp, path)
-
-
-def read_json(path):
-    with open(path) as f:
-        return json.load(f)

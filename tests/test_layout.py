@@ -1,7 +1,7 @@
 """The library stands alone: nothing in vrgd_tf/ imports the examples, benchmarks, studies or
-tests, the modules moved out of it say where they went, and the script folders that share one
-``sys.path`` in this suite (``tests/conftest.py``, the benchmarks' tests) have distinct module
-names."""
+tests; benchmarks/ and studies/ share one module (``studies/shared.py``); the modules moved out
+of the library say where they went; and the script folders that share one ``sys.path`` in this
+suite (``tests/conftest.py``, the benchmarks' tests) have distinct module names."""
 
 import ast
 import glob
@@ -13,7 +13,14 @@ import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Folders of scripts imported by file name (their folder on ``sys.path``), not packages.
-SCRIPT_FOLDERS = ("examples/digits", "examples/data", "benchmarks", "studies", "studies/evidence")
+SCRIPT_FOLDERS = (
+    "examples/digits",
+    "examples/data",
+    "benchmarks",
+    "studies",
+    "studies/evidence",
+    "studies/sweeps",
+)
 #: The folders on ``sys.path`` together in this suite's process (``studies/tests`` is another).
 SHARED_PATH = ("examples/digits", "examples/data", "benchmarks", "tests")
 
@@ -49,6 +56,27 @@ class LayoutTest(tf.test.TestCase):
             bad = sorted(set(_imported_top_names(path)) & outside)
             self.assertEqual(bad, [], os.path.relpath(path, REPO))
         self.assertGreater(checked, 20)
+
+    def test_benchmarks_and_studies_share_only_studies_shared(self):
+        """benchmarks/ imports one module of studies/, ``shared`` (``benchmarks/harness.py``);
+        studies/ imports nothing of benchmarks/. Names in both folders (``render``, the
+        ``report`` packages) are each folder's own."""
+        bench = _module_names("benchmarks") | {"report"}
+        study = {"report"}
+        for folder in ("studies", "studies/evidence", "studies/sweeps", "studies/tests"):
+            study |= _module_names(folder)
+        self.assertIn("shared", study)
+        self.assertIn("harness", bench)
+        for top, others, allowed in (
+            ("benchmarks", study - bench, {"shared"}),
+            ("studies", bench - study, set()),
+        ):
+            checked = 0
+            for path in glob.glob(os.path.join(REPO, top, "**", "*.py"), recursive=True):
+                checked += 1
+                bad = sorted((set(_imported_top_names(path)) & others) - allowed)
+                self.assertEqual(bad, [], os.path.relpath(path, REPO))
+            self.assertGreater(checked, 10)
 
     def test_script_module_names_are_unique_across_folders(self):
         seen = {}

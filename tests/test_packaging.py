@@ -31,7 +31,7 @@ venv = sys.argv[1]
 import vrgd_tf
 from vrgd_tf import devices
 assert os.path.realpath(vrgd_tf.__file__).startswith(os.path.realpath(venv)), vrgd_tf.__file__
-for name in ("digits_large_batch", "prepare_model_garden_data", "benchlib"):
+for name in ("digits_large_batch", "prepare_model_garden_data", "harness", "shared", "studylib"):
     try:
         __import__(name)
     except ImportError:

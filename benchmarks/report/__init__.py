@@ -1,4 +1,5 @@
-"""The sections of ``docs/results.md``, one module each, in report order.
+"""The cost sections of ``docs/results.md``, one module each, in report order (the earlier
+sweeps' sections are ``studies/report/sweeps/``).
 
 Each section module has ``render(ctx, lines)``: it reads its results JSON through
 ``ctx.result(stem)`` (:class:`report.common.Context`), returns at once if there is none, and
@@ -10,15 +11,5 @@ order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and
 
 import importlib
 
-SECTION_NAMES = (
-    "sweep",
-    "sweep_gsnr",
-    "ablations",
-    "bert",
-    "overhead",
-    "sparse",
-    "groups",
-    "lr_probe",
-    "loopback",
-)
+SECTION_NAMES = ("overhead", "sparse", "groups", "loopback")
 SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)

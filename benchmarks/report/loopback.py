@@ -1,35 +1,27 @@
-"""Over a real collective (``loopback.py``) and bfloat16 squares (``bf16_factors.py``).
+"""Over a real collective (``loopback.py``).
 
-Inputs: ``benchmarks/results/loopback.json`` (``loopback_quick.json`` with ``--quick``;
-``--loopback``) and ``benchmarks/results/bf16_factors.json`` (``--bf16_factors``). Adds one
-line per model to the README block (``ctx.readme_lines``)."""
-
-import os
+Input: ``benchmarks/results/loopback.json`` (``loopback_quick.json`` with ``--quick``;
+``--loopback``). Adds one line per model to the README block (``ctx.readme_lines``)."""
 
 from absl import flags
 
-from report.common import RESULTS, load
+from report.common import load
 
 flags.DEFINE_string("loopback", None, "Loopback collective JSON (default from --quick).")
-flags.DEFINE_string("bf16_factors", None, "bfloat16-squares factor JSON (bf16_factors.json).")
 
 
 def render(ctx, lines):
     lb = ctx.result("loopback") if flags.FLAGS.loopback is None else load(flags.FLAGS.loopback)
-    bf = None
-    if flags.FLAGS.bf16_factors or not ctx.quick:  # one full run only; not in the quick report
-        bf = load(flags.FLAGS.bf16_factors or os.path.join(RESULTS, "bf16_factors.json"))
-    loopback_section(lb, bf, lines, ctx.readme_lines)
+    loopback_section(lb, lines, ctx.readme_lines)
     ctx.readme_lines.append(
         "- Cost model (bytes and element-wise work per step): [docs/cost_model.md]"
         "(docs/cost_model.md)."
     )
 
 
-def loopback_section(lb, bf, lines, readme_lines=None):
-    """The loopback-collective timing (``loopback.py``) and the bfloat16-squares factor
-    comparison (``bf16_factors.py``) as markdown appended to ``lines``; one short line per
-    model to ``readme_lines``. Self-contained: reads only its two JSON documents."""
+def loopback_section(lb, lines, readme_lines=None):
+    """The loopback-collective timing (``loopback.py``) as markdown appended to ``lines``;
+    one short line per model to ``readme_lines``. Self-contained: reads only its JSON."""
     label = {
         "base": "base X",
         "base_2x": "base X, model with 2x the parameters (VR's bytes on the wire)",
@@ -68,7 +60,7 @@ def loopback_section(lb, bf, lines, readme_lines=None):
             "which helps the base on the 2x model (its gradients are many tensors) but cannot "
             "split VR's single `[N]` buffers. VR with bfloat16 squares ends with other weights "
             "than with float32 squares at k = 2: the factors differ there (see the "
-            "bfloat16 squares section below).",
+            "bfloat16 squares section of the earlier sweeps above).",
             "",
         ]
         for e in lb["timing"]:
@@ -141,31 +133,3 @@ def loopback_section(lb, bf, lines, readme_lines=None):
                 readme_lines.append(text + ".")
         for err in lb.get("errors", []):
             lines += [f"- Failed: {err.splitlines()[0]}", ""]
-    if bf and bf.get("rows"):
-        lines += [
-            "## bfloat16 squares",
-            "",
-            f"Made by `{bf.get('command')}`. Gradients of {bf.get('model')} "
-            f"({bf.get('params')} parameters) at several points of plain momentum-SGD "
-            "training, split over k replicas; factors from float32 statistics against "
-            "statistics whose squares are rounded to bfloat16 and summed in bfloat16 "
-            "replica after replica (as a ring all-reduce of a bfloat16 buffer), both with "
-            f"the library's `gsnr_factors_flat`, gamma = {bf['config'].get('gamma')}. "
-            "'clip changes' = fraction of elements whose factor is at gamma (at 1) in one "
-            "and not the other; 'defined' = fraction with a GSNR above the noise threshold "
-            "(bfloat16: r below 1 / (2^-8 k) - 1).",
-            "",
-            "| step | k | median abs diff | p99 | max | clip at gamma changes | "
-            "clip at 1 changes | defined f32 | defined bf16 | mean factor f32 / bf16 |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for r in bf["rows"]:
-            d = r["abs_diff"]
-            lines.append(
-                f"| {r['step']} | {r['k']} | {d['median']:.1e} | {d['p99']:.1e} | "
-                f"{d['max']:.2f} | {r['frac_clip_at_gamma_changes']:.4f} | "
-                f"{r['frac_clip_at_one_changes']:.4f} | {r['frac_defined_f32']:.3f} | "
-                f"{r['frac_defined_bf16']:.3f} | {r['mean_factor_f32']:.3f} / "
-                f"{r['mean_factor_bf16']:.3f} |"
-            )
-        lines.append("")

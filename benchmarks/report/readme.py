@@ -1,24 +1,20 @@
-"""The benchmarks' part of the README and its long form in docs/results.md.
+"""The cost part of the README and its long form in docs/results.md.
 
-``summary_lines`` is the whole list (the earlier sweeps' table, the commands that made it,
-BERT-tiny, every step-time and memory ratio, ``extra_lines``); docs/results.md carries it
-under ``SUMMARY_HEADING``. ``write_readme_block`` puts a short form of it (a few bullets and
-a link to that section) between README_BEGIN and README_END. The evidence verdict above it
-is ``studies/render.py``'s block."""
+``summary_lines`` is the whole list (the commands that made it, every step-time and memory
+ratio, ``extra_lines``); docs/results.md carries it under ``SUMMARY_HEADING``.
+``write_readme_block`` puts a short form of it (a few bullets and a link to that section)
+between README_BEGIN and README_END. The evidence verdict above it is ``studies/render.py``'s
+block."""
 
 import os
 
-from report.common import PAIR_LABEL, VR_LABEL, pm, verdict
+from report.common import PAIR_LABEL
 
 README_BEGIN = "<!-- benchmarks:begin -->"
 README_END = "<!-- benchmarks:end -->"
-SUMMARY_HEADING = "## Other results at a glance"
-SUMMARY_ANCHOR = "other-results-at-a-glance"
-_IMAGES = (
-    ("acc_vs_batch_mnist1d.png", "test accuracy and gap vs batch"),
-    ("bert_mlm.png", "BERT-tiny MLM"),
-    ("overhead.png", "overhead"),
-)
+SUMMARY_HEADING = "## Cost at a glance"
+SUMMARY_ANCHOR = "cost-at-a-glance"
+_IMAGES = (("overhead.png", "overhead"),)
 
 
 def _step_lines(headline_ov):
@@ -41,33 +37,15 @@ def _peak_ratios(memory):
             yield m, r["peak_ratio"]
 
 
-def summary_lines(headline, bert_headline, headline_ov, docs, memory=(), extra_lines=()):
-    """The full list of the benchmarks' results: Markdown lines, no heading."""
+def summary_lines(headline_ov, docs, memory=(), extra_lines=()):
+    """The full list of the cost results: Markdown lines, no heading."""
     lines = [
-        "Earlier sweeps, BERT-tiny and cost. Made by "
+        "Made by "
         + ", ".join(f"`{d['command']}`" for d in docs)
         + ", then `python benchmarks/render.py`; the method and the caveats are in the "
         "sections below.",
         "",
     ]
-    if headline:
-        lines += [
-            "Earlier seeded sweeps (learning rates not tuned per side, 3 seeds, several runs "
-            "collapsed at random: too little power to tell VR from base; kept for the "
-            "record, verdict = two-sided paired t-test at 5 %):",
-            "",
-            "| data | pair | largest batch | base test % | VR test % | Δ test (pp) | "
-            "verdict | Δ gap (pp) | seeds |",
-            "|---|---|---:|---:|---:|---:|---|---:|---:|",
-        ]
-        for ds, pair, b, dt, dg, n, base_acc, vr_acc in headline:
-            lines.append(
-                f"| {ds} | {PAIR_LABEL[pair]} vs {VR_LABEL[pair]} | {b} | "
-                f"{pm(base_acc)} | {pm(vr_acc)} | {pm(dt)} | {verdict(dt)} | "
-                f"{pm(dg)} | {n} |"
-            )
-        lines.append("")
-    lines += bert_headline
     lines += list(_step_lines(headline_ov))
     for m, pr in _peak_ratios(memory):
         lines.append(
@@ -79,18 +57,9 @@ def summary_lines(headline, bert_headline, headline_ov, docs, memory=(), extra_l
     return lines
 
 
-def short_lines(headline, bert_headline, headline_ov, memory=()):
-    """A few bullets for the README: the sweeps' verdicts, BERT-tiny, the step-time and
-    memory ranges."""
+def short_lines(headline_ov, memory=()):
+    """A few bullets for the README: the step-time and memory ranges."""
     lines = []
-    if headline:
-        verdicts = [verdict(dt) for _, _, _, dt, _, _, _, _ in headline]
-        lines.append(
-            f"- Earlier seeded sweeps (MNIST-1D, digits; rates not tuned per side): "
-            f"{verdicts.count('n.s.')} of {len(verdicts)} VR − base test-accuracy differences "
-            "n.s."
-        )
-    lines += bert_headline
     medians = [e["ratio"]["vr"]["median"] for e in headline_ov]
     if medians:
         lines.append(
@@ -104,20 +73,9 @@ def short_lines(headline, bert_headline, headline_ov, memory=()):
     return lines
 
 
-def write_readme_block(
-    readme,
-    headline,
-    bert_headline,
-    headline_ov,
-    docs,
-    img_dir,
-    memory=(),
-    extra_lines=(),
-):
+def write_readme_block(readme, headline_ov, memory=()):
     """Replaces the README's text between README_BEGIN and README_END with ``short_lines``
-    and a link to the full list in docs/results.md. ``docs`` and ``extra_lines`` go only to
-    the full list (``summary_lines``); ``img_dir`` is where docs/results.md's plots live."""
-    del docs, extra_lines, img_dir  # in docs/results.md
+    and a link to the full list in docs/results.md."""
     with open(readme) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
@@ -125,27 +83,26 @@ def write_readme_block(
     lines = [
         "<!-- Generated by `python benchmarks/render.py`; do not edit by hand. -->",
         "",
-        "**Other results** (earlier sweeps, BERT-tiny, cost; every number: "
+        "**Cost** (step time and memory of VR-X over X; every number: "
         f"[docs/results.md](docs/results.md#{SUMMARY_ANCHOR}))",
         "",
     ]
-    lines += short_lines(headline, bert_headline, headline_ov, memory)
+    lines += short_lines(headline_ov, memory)
     block = "\n".join(lines).rstrip()
     start = text.index(README_BEGIN) + len(README_BEGIN)
     end = text.index(README_END)
     with open(readme, "w") as f:
         f.write(text[:start] + "\n" + block + "\n" + text[end:])
-    print(f"updated the results block of {readme}")
+    print(f"updated the cost block of {readme}")
 
 
-def summary_section(headline, bert_headline, headline_ov, docs, img_rel, img_dir, memory, extra):
-    """docs/results.md's section with the full list and the main plots. The sections write
-    their README lines with links from the repository root (``docs/x.md``); here they are
-    relative to docs/."""
-    lines = [SUMMARY_HEADING, ""]
+def summary_section(headline_ov, docs, img_rel, img_dir, memory, extra, intro=()):
+    """docs/results.md's section with ``intro`` (lines), the full list and the main plot. The
+    sections write their README lines with links from the repository root (``docs/x.md``);
+    here they are relative to docs/."""
+    lines = [SUMMARY_HEADING, "", *intro]
     lines += [
-        line.replace("](docs/", "](")
-        for line in summary_lines(headline, bert_headline, headline_ov, docs, memory, extra)
+        line.replace("](docs/", "](") for line in summary_lines(headline_ov, docs, memory, extra)
     ]
     lines.append("")
     for name, alt in _IMAGES:

@@ -1,6 +1,6 @@
 """Test setup of the studies' tests: 8 logical CPU devices before TensorFlow starts, and the
-study folders on the import path (``studies/``, ``studies/evidence/``, ``studies/report``'s
-parent)."""
+study folders on the import path (``studies/``, ``studies/evidence/``, ``studies/sweeps/``,
+``studies/report``'s parent)."""
 
 import os
 import sys
@@ -8,7 +8,12 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 STUDIES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (os.path.join(STUDIES, "evidence"), STUDIES, os.path.dirname(STUDIES)):
+for path in (
+    os.path.join(STUDIES, "sweeps"),
+    os.path.join(STUDIES, "evidence"),
+    STUDIES,
+    os.path.dirname(STUDIES),
+):
     if path not in sys.path:
         sys.path.insert(0, path)
 

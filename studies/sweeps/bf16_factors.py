@@ -16,7 +16,7 @@ threshold of each dtype). Reported per ``k`` and point of training: the distribu
 factor of each.
 
 Example:
-  python benchmarks/bf16_factors.py            # about a minute
+  python3 studies/sweeps/bf16_factors.py       # about a minute
 """
 
 import argparse
@@ -26,9 +26,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # this checkout's vrgd_tf, installed or not
+sys.path.insert(1, os.path.dirname(HERE))  # studies/
+sys.path.insert(2, os.path.dirname(os.path.dirname(HERE)))  # this checkout's vrgd_tf first
 
-import benchlib  # noqa: E402
+import provenance  # noqa: E402
+import shared  # noqa: E402
+import sweeplib  # noqa: E402
 
 
 def replica_gradients(model, x, y, k):
@@ -103,7 +106,7 @@ def compare(xs, sizes, gamma):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join(benchlib.RESULTS_DIR, "bf16_factors.json"))
+    p.add_argument("--out", default=os.path.join(sweeplib.RESULTS_DIR, "bf16_factors.json"))
     p.add_argument("--ks", default="2,8,32,128")
     p.add_argument("--points", default="0,100,400", help="Training steps before each look.")
     p.add_argument("--batch", type=int, default=1024)
@@ -114,17 +117,18 @@ def main(argv=None):
 
     ks = [int(k) for k in args.ks.split(",")]
     points = [int(s) for s in args.points.split(",")]
-    data = benchlib.load_mnist1d(8000, 2000, 0)
+    data = shared.load_mnist1d(8000, 2000, 0)
     x, y = data["x"], data["y"]
     keras.utils.set_random_seed(0)
-    model = benchlib.cnn1d(40)
+    model = shared.cnn1d(40)
     opt = keras.optimizers.SGD(0.05, momentum=0.9)
     sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
     rng = np.random.default_rng(0)
     doc = {
         "kind": "bf16_factors",
-        "command": benchlib.command_line(),
-        "environment": benchlib.environment(),
+        "command": provenance.command_line(),
+        "environment": provenance.environment(),
+        "provenance": provenance.snapshot(),
         "config": vars(args),
         "model": "cnn1d (the sweep's 1-D CNN), MNIST-1D 8000 train",
         "params": int(sum(sizes)),
@@ -158,7 +162,7 @@ def main(argv=None):
                 flush=True,
             )
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    benchlib.write_json(args.out, doc)
+    shared.write_json(args.out, doc)
     print("->", args.out)
 
 

@@ -1,12 +1,12 @@
 """Batch-size sweep: per data set, final accuracy and gap vs batch, steps to target, curves.
 
-Input: ``sweep.py``'s JSON (``benchmarks/results/sweep.json``)."""
+Input: ``sweep.py``'s JSON (``studies/sweeps/results/sweep.json``)."""
 
 import os
 
 import numpy as np
 
-from report.common import (
+from report.sweeps.common import (
     PAIR_LABEL,
     VR_LABEL,
     first_reach,

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from report.common import VR_LABEL, main_runs, pyplot, select_side
+from report.sweeps.common import VR_LABEL, main_runs, pyplot, select_side
 
 
 def render(ctx, lines):

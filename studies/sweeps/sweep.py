@@ -2,7 +2,7 @@ r"""Batch-size sweep of VRGD vs its base optimizers on real data, with k and gam
 
 Data: MNIST-1D generated locally (``mnist1d.data.make_dataset``, fixed seed; never
 downloaded) and scikit-learn's 8x8 digits read as 64-point signals. Model: a small 1-D CNN
-(``benchlib.cnn1d``). Data parallelism: MirroredStrategy over logical CPU replicas with
+(``shared.cnn1d``). Data parallelism: MirroredStrategy over logical CPU replicas with
 ``ReductionToOneDevice``. Each batch size trains for the same number of epochs (so a larger
 batch takes fewer steps), with the peak learning rate scaled by the square-root rule from
 ``base_lr`` at ``base_batch``, linear warm-up then cosine decay to 0; the schedule, initial
@@ -19,24 +19,27 @@ Results are written to ``--out`` as JSON after every run (atomic rename), and a 
 same ``--out`` skips the runs already there, so a killed sweep resumes.
 
 Examples:
-  python benchmarks/sweep.py --quick
-  python benchmarks/sweep.py                    # the full sweep (see benchmarks/README.md)
+  python3 studies/sweeps/sweep.py --quick
+  python3 studies/sweeps/sweep.py               # the full sweep (see studies/sweeps/README.md)
 """
 
+import functools
 import os
 import sys
 import time
 
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # studies/
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small, fast configuration for development (minutes).")
 flags.DEFINE_string(
     "out",
     None,
-    "JSON results file. Default benchmarks/results/sweep.json (sweep_quick.json with --quick).",
+    "JSON results file. Default studies/sweeps/results/sweep.json (sweep_quick.json with --quick).",
 )
 flags.DEFINE_list("experiments", ["batch", "k", "gamma"], "Subset of batch,k,gamma,lr.")
 flags.DEFINE_list("datasets", ["mnist1d", "digits"], "Data sets for the batch experiment.")
@@ -104,18 +107,21 @@ QUICK = dict(
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    import benchlib
+    import shared
 
-    benchlib.apply_quick(QUICK)
+    shared.apply_quick(QUICK)
 
     k_values = sorted({int(k) for k in FLAGS.k_values} | {FLAGS.replicas})
     need = max(k_values) if "k" in FLAGS.experiments else FLAGS.replicas
-    benchlib.setup_devices(need)
+    shared.setup_devices(need)
     import keras  # noqa: F401  (after the device setup)
+    import provenance
+    import studylib
+    import sweeplib
     import tensorflow as tf  # noqa: F401
 
     out = FLAGS.out or os.path.join(
-        benchlib.RESULTS_DIR, "sweep_quick.json" if FLAGS.quick else "sweep.json"
+        sweeplib.RESULTS_DIR, "sweep_quick.json" if FLAGS.quick else "sweep.json"
     )
     base_lr = {
         "mnist1d": {p.split(":")[0]: float(p.split(":")[1]) for p in FLAGS.base_lr},
@@ -163,7 +169,7 @@ def main(argv):
         return {k: v for k, v in c.items() if k not in seedless}
 
     if FLAGS.resume and os.path.exists(out):
-        old = benchlib.read_json(out)
+        old = shared.read_json(out)
         if comparable(old.get("config", {})) == comparable(config):
             runs = old.get("runs", [])
             history = old.get("history", []) + [
@@ -181,9 +187,12 @@ def main(argv):
     done = {tuple(r["key"]) for r in runs}
     doc = {
         "kind": "sweep",
-        "command": benchlib.command_line(),
+        "command": provenance.command_line(),
         "config": config,
-        "environment": benchlib.environment(),
+        "environment": provenance.environment(),
+        "provenance": provenance.snapshot(
+            ignore=(os.path.relpath(sweeplib.RESULTS_DIR, provenance.REPO) + os.sep,)
+        ),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "runs": runs,
         "complete": False,
@@ -195,14 +204,14 @@ def main(argv):
     def dataset(name):
         if name not in data_cache:
             if name == "mnist1d":
-                d = benchlib.load_mnist1d(
+                d = shared.load_mnist1d(
                     FLAGS.mnist1d_train, FLAGS.mnist1d_test, FLAGS.mnist1d_data_seed
                 )
             elif name == "digits":
-                d = benchlib.load_digits_1d()
+                d = sweeplib.load_digits_1d()
             else:
                 raise ValueError(name)
-            data_cache[name] = benchlib.prepare(d)
+            data_cache[name] = sweeplib.prepare_train_test(d)
             doc.setdefault("datasets", {})[name] = d["info"]
         return data_cache[name]
 
@@ -213,10 +222,14 @@ def main(argv):
         if key not in trainers:
             d = dataset(ds)
             length = d["x"].shape[1]
-            trainers[key] = benchlib.Trainer(
-                benchlib.strategy_for(k),
-                lambda: benchlib.cnn1d(length),
-                lambda sched: benchlib.make_optimizer(pair, side, sched, gamma=gamma),
+            build = functools.partial(shared.cnn1d, length)
+            trainers[key] = (
+                studylib.Trainer(
+                    shared.strategy_for(k),
+                    build,
+                    lambda sched: shared.make_optimizer(pair, side, sched, gamma=gamma),
+                ),
+                build,
             )
         return trainers[key]
 
@@ -231,7 +244,7 @@ def main(argv):
     }
 
     def lr_for(ds, pair, batch):
-        return benchlib.scaled_lr(base_lr[ds][pair], batch, bb[ds])
+        return sweeplib.scaled_lr(base_lr[ds][pair], batch, bb[ds])
 
     if "lr" in FLAGS.experiments:
         for ds in FLAGS.datasets:
@@ -328,7 +341,7 @@ def main(argv):
     seen = set()
     for item in plan:
         tag, ds, pair, side, batch, k, gamma, seed, lr = item
-        base_cls, vr_cls, _ = benchlib.optimizer_classes(pair)
+        base_cls, vr_cls, _ = shared.optimizer_classes(pair)
         opt_name = (vr_cls if side == "vr" else base_cls).__name__
         beta_3 = vr_cls.default_settings.beta_3 if side == "vr" else None
         key = (
@@ -364,10 +377,11 @@ def main(argv):
             doc["stopped_by_budget"] = True
             break
         t0 = time.time()
-        tr = trainer(ds, pair, side, k, gamma)
+        tr, build = trainer(ds, pair, side, k, gamma)
         trace_s = time.time() - t0
-        rec = benchlib.train_run(
+        rec = sweeplib.train_run(
             tr,
+            build,
             dataset(ds),
             seed=seed,
             batch=batch,
@@ -395,7 +409,7 @@ def main(argv):
         runs.append(rec)
         doc["runs"] = runs
         doc["elapsed_s"] = round(time.time() - t_start, 1)
-        benchlib.write_json(out, doc)
+        shared.write_json(out, doc)
         dt = time.time() - t0
         run_times.append(dt)
         left = len(todo) - n - 1
@@ -411,7 +425,7 @@ def main(argv):
         doc["complete"] = True
     doc["elapsed_s"] = round(time.time() - t_start, 1)
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    benchlib.write_json(out, doc)
+    shared.write_json(out, doc)
     print(f"done in {doc['elapsed_s'] / 60:.1f} min -> {out}", flush=True)
 
 

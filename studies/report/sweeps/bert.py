@@ -1,12 +1,12 @@
 """BERT-tiny masked-LM pretraining through Model Garden: LAMB vs VR-LAMB.
 
-Input: ``bert_mlm.py``'s JSON (``benchmarks/results/bert_mlm.json``)."""
+Input: ``bert_mlm.py``'s JSON (``studies/sweeps/results/bert_mlm.json``)."""
 
 import os
 
 import numpy as np
 
-from report.common import pm, pyplot, verdict
+from report.sweeps.common import pm, pyplot, verdict
 
 
 def render(ctx, lines):

@@ -14,8 +14,8 @@ The data (WordPiece + Model Garden's ``create_pretraining_data`` on the Shakespe
 PyPI) is prepared once into ``--data_dir``.
 
 Examples:
-  python benchmarks/bert_mlm.py --quick     # 1 seed, 20 steps: a smoke test
-  python benchmarks/bert_mlm.py             # 3 seeds x 2 optimizers
+  python3 studies/sweeps/bert_mlm.py --quick     # 1 seed, 20 steps: a smoke test
+  python3 studies/sweeps/bert_mlm.py             # 3 seeds x 2 optimizers
 """
 
 import glob
@@ -26,14 +26,18 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # studies/
+
+import provenance  # noqa: E402
+import shared  # noqa: E402
+import sweeplib  # noqa: E402
 
 from vrgd_tf import summaries  # noqa: E402
 
-import benchlib  # noqa: E402
-
 FLAGS = flags.FLAGS
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = provenance.REPO
 CPU_CONFIGS = os.path.join(REPO, "official_configs", "cpu")
 YAML_BATCH, YAML_LR = 64, 0.01  # official_configs/cpu/tiny_bert_shakespeare_*.yaml
 
@@ -41,7 +45,8 @@ flags.DEFINE_bool("quick", False, "1 seed, 20 steps, batch 64 (minutes).")
 flags.DEFINE_string(
     "out",
     None,
-    "JSON results; default benchmarks/results/bert_mlm.json (bert_mlm_quick.json with --quick).",
+    "JSON results; default studies/sweeps/results/bert_mlm.json (bert_mlm_quick.json with "
+    "--quick).",
 )
 flags.DEFINE_string(
     "data_dir",
@@ -157,9 +162,9 @@ def main(argv):
     else:
         seeds, steps, batch = FLAGS.seeds, FLAGS.steps, FLAGS.global_batch
     out = FLAGS.out or os.path.join(
-        REPO, "benchmarks", "results", "bert_mlm_quick.json" if FLAGS.quick else "bert_mlm.json"
+        sweeplib.RESULTS_DIR, "bert_mlm_quick.json" if FLAGS.quick else "bert_mlm.json"
     )
-    lr = round(benchlib.scaled_lr(YAML_LR, batch, YAML_BATCH), 6)
+    lr = round(sweeplib.scaled_lr(YAML_LR, batch, YAML_BATCH), 6)
     config = {
         "quick": FLAGS.quick,
         "seeds": seeds,
@@ -173,13 +178,16 @@ def main(argv):
     }
     doc = {
         "kind": "bert_mlm",
-        "command": benchlib.command_line(),
+        "command": provenance.command_line(),
         "config": config,
-        "environment": benchlib.environment(),
+        "environment": provenance.environment(),
+        "provenance": provenance.snapshot(
+            ignore=(os.path.relpath(sweeplib.RESULTS_DIR, REPO) + os.sep,)
+        ),
         "runs": [],
     }
     if FLAGS.resume and os.path.exists(out):
-        old = benchlib.read_json(out)
+        old = shared.read_json(out)
         if old.get("config") == config:
             doc["runs"] = old["runs"]
     done = {(r["optimizer"], r["seed"]) for r in doc["runs"]}
@@ -191,7 +199,7 @@ def main(argv):
         print(f"preparing Shakespeare into {FLAGS.data_dir} ...", flush=True)
         prepare_data.prepare_shakespeare(FLAGS.data_dir)
     doc["data"] = (
-        benchlib.read_json(os.path.join(FLAGS.data_dir, "meta.json"))
+        shared.read_json(os.path.join(FLAGS.data_dir, "meta.json"))
         if os.path.exists(os.path.join(FLAGS.data_dir, "meta.json"))
         else {}
     )
@@ -206,7 +214,7 @@ def main(argv):
         doc["runs"].append(run)
         doc["complete"] = len(doc["runs"]) == seeds * len(OPTIMIZERS)
         doc["elapsed_s"] = time.time() - start
-        benchlib.write_json(out, doc)
+        shared.write_json(out, doc)
         f = run["final"]
         print(
             f"[{i + 1}/{len(plan)}] {opt:9s} seed={seed} batch={batch} steps={steps}: "

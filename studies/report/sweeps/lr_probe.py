@@ -1,17 +1,17 @@
 """Learning-rate probe of the base optimizers (how the sweep's base learning rates were chosen).
 
-Input: ``benchmarks/results/lr_probe*.json`` (``--lr_probes``); full report only."""
+Input: ``studies/sweeps/results/lr_probe*.json`` (``--lr_probes``); full report only."""
 
 import os
 
 from absl import flags
 
-from report.common import PAIR_LABEL, RESULTS, load, pct
+from report.sweeps.common import PAIR_LABEL, RESULTS, load, pct
 
 flags.DEFINE_list(
     "lr_probes",
     ["lr_probe.json", "lr_probe_8192.json", "lr_probe_lars.json", "lr_probe_lars_digits.json"],
-    "Learning-rate probe JSONs under benchmarks/results (those that exist); for "
+    "Learning-rate probe JSONs under studies/sweeps/results (those that exist); for "
     "the same data set, pair and batch a later file supersedes an earlier one.",
 )
 
@@ -28,7 +28,7 @@ def _without_json(out_md, names):
     this, rendering a clean clone silently dropped the section.
     """
     note = (
-        f"{_ABSENT} ({', '.join(names)}) are not in `benchmarks/results/`, so this section "
+        f"{_ABSENT} ({', '.join(names)}) are not in `studies/sweeps/results/`, so this section "
         "was not recomputed: "
     )
     previous = []
@@ -46,10 +46,10 @@ def _without_json(out_md, names):
     if previous:
         note += (
             "the table below is the previous render of this file, kept verbatim. Rerun the "
-            "probe commands of `benchmarks/README.md` to recompute it."
+            "probe commands of `studies/sweeps/README.md` to recompute it."
         )
         return [HEADING, "", note, "", *previous, ""]
-    note += "rerun the probe commands of `benchmarks/README.md` to make them."
+    note += "rerun the probe commands of `studies/sweeps/README.md` to make them."
     return [HEADING, "", note, ""]
 
 

@@ -6,7 +6,17 @@ import os
 
 import numpy as np
 
-from report.common import PAIR_LABEL, VR_LABEL, main_runs, paired, pct, pm, pyplot, select, verdict
+from report.sweeps.common import (
+    PAIR_LABEL,
+    VR_LABEL,
+    main_runs,
+    paired,
+    pct,
+    pm,
+    pyplot,
+    select,
+    verdict,
+)
 
 
 def _last_epoch_medians(vr, index):

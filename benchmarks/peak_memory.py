@@ -1,0 +1,106 @@
+"""Peak memory of the cost benchmarks: the process's resident set from ``/proc/self/status``
+(``VmRSS`` now, ``VmHWM`` its high-water mark), one child process per configuration, variant
+and repetition (a high-water mark cannot be reset), and the ratios to the base variant.
+``overhead.py``, ``groups.py`` and ``gsnr_memory.py`` use it; CPU devices have no TensorFlow
+allocator statistics (:func:`cpu_memory_info` records that)."""
+
+import numpy as np
+
+import children
+from timing import summarize
+
+
+def cpu_memory_info():
+    """``"available"``, or ``"unavailable: <TF's error>"``: whether
+    ``tf.config.experimental.get_memory_info`` works for the CPU (it raises "Allocator stats
+    not available" there, so peak memory is VmHWM instead)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+        return "available"
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable: {e}"
+
+
+def status_kb(field):
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or None."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def rss_kb():
+    """Current resident set of this process (``VmRSS``)."""
+    return status_kb("VmRSS")
+
+
+def peak_kb():
+    """Peak RSS of this process image: VmHWM. (``getrusage(RUSAGE_SELF).ru_maxrss`` is not
+    used: on Linux it carries the parent's high-water mark across fork + exec.)"""
+    return status_kb("VmHWM")
+
+
+def memory_result(rss_before_model_kb):
+    """What a memory child reports after its steps: peak RSS (VmHWM), the RSS just before
+    the model was built, the RSS now and ``ru_maxrss`` (for comparison only)."""
+    import resource
+
+    return {
+        "maxrss_kb": peak_kb(),
+        "rss_before_model_kb": rss_before_model_kb,
+        "rss_end_kb": rss_kb(),
+        "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def memory_runs(script, configs, variants, reps, child_args, log):
+    """Peak memory from one child process per (configuration, variant, repetition).
+
+    Interleaved: for each repetition, for each configuration, every variant in an order
+    rotated by one per repetition. ``variants`` is a list, or a function of the
+    configuration returning one. ``child_args(config, variant)`` gives the child's
+    arguments; the child prints :func:`memory_result`. Returns ``{config: {variant: [the
+    children's results]}}``.
+    """
+    names = {c: list(variants(c) if callable(variants) else variants) for c in configs}
+    raw = {c: {v: [] for v in names[c]} for c in configs}
+    for rep in range(reps):
+        for c in configs:
+            vs = names[c]
+            vs = vs[rep % len(vs) :] + vs[: rep % len(vs)]
+            for v in vs:
+                res, dt = children.run_child(script, child_args(c, v), log)
+                raw[c][v].append(res)
+                log(
+                    f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
+                    f"increment {(res['maxrss_kb'] - res['rss_before_model_kb']) / 1024:.0f}"
+                    f" MB ({dt:.0f}s)"
+                )
+    return raw
+
+
+def memory_ratios(raw, variants):
+    """Ratios to ``base`` of one configuration's memory results, per repetition: peak RSS
+    and the increment (peak minus the RSS before the model). Returns ``{variant: {...}}``
+    for the variants other than base, plus ``base_peak_mb_median``."""
+    base = raw["base"]
+    out = {}
+    for v in variants:
+        if v == "base":
+            continue
+        peak_ratio = [r["maxrss_kb"] / b["maxrss_kb"] for r, b in zip(raw[v], base)]
+        inc_ratio = [
+            (r["maxrss_kb"] - r["rss_before_model_kb"])
+            / max(1, b["maxrss_kb"] - b["rss_before_model_kb"])
+            for r, b in zip(raw[v], base)
+        ]
+        out[v] = {
+            "peak_ratio": summarize(peak_ratio),
+            "increment_ratio": summarize(inc_ratio),
+            "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024,
+        }
+    out["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
+    return out

@@ -1,0 +1,98 @@
+"""benchmarks/bounds.py: the regression bounds a cost benchmark checks at the end of its run
+(nothing here times anything), and the bounds that passes.py and gsnr_memory.py register."""
+
+import math
+import os
+import sys
+
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import gsnr_memory  # noqa: E402
+import passes  # noqa: E402
+
+import bounds  # noqa: E402
+
+_BOUNDS = (
+    bounds.Bound("ratio", 1.5, "cnn1d's", {"model": "cnn1d"}),
+    bounds.Bound("ratio", 2.0, "BERT at 64", {"model": "bert_tiny", "batch": 64}),
+)
+
+
+def _m(model, batch, value):
+    return bounds.Measurement("ratio", {"model": model, "batch": batch}, value)
+
+
+class EvaluateTest(tf.test.TestCase):
+    def test_each_measurement_meets_the_bounds_whose_labels_it_has(self):
+        verdicts = bounds.evaluate(
+            _BOUNDS,
+            [
+                _m("cnn1d", 512, 1.2),
+                _m("cnn1d", 8192, 1.6),
+                _m("bert_tiny", 64, 1.99),
+                _m("bert_tiny", 256, 9.0),  # no bound for batch 256
+                bounds.Measurement("other", {"model": "cnn1d"}, 9.0),  # other metric
+            ],
+        )
+        got = [(v.case["batch"], v.limit, v.passed) for v in verdicts]
+        self.assertEqual(got, [(512, 1.5, True), (8192, 1.5, False), (64, 2.0, True)])
+
+    def test_a_non_finite_value_fails(self):
+        for value in (math.nan, math.inf):
+            (v,) = bounds.evaluate(_BOUNDS, [_m("cnn1d", 512, value)])
+            self.assertFalse(v.passed)
+
+    def test_check_prints_pass_and_fail_and_enforces_only_when_asked(self):
+        measured = [_m("cnn1d", 512, 1.2), _m("cnn1d", 8192, 1.6)]
+        for enforce, status in ((True, 1), (False, 0)):
+            lines = []
+            record = bounds.check(_BOUNDS, measured, enforce, lines.append)
+            self.assertEqual(bounds.exit_status(record), status)
+            self.assertFalse(record["passed"])
+            self.assertEqual(
+                lines[1:],
+                [
+                    "  PASS ratio [model=cnn1d, batch=512]: 1.200 <= 1.5 (cnn1d's)",
+                    "  FAIL ratio [model=cnn1d, batch=8192]: 1.600 > 1.5 (cnn1d's)",
+                ],
+            )
+        self.assertEqual(bounds.exit_status(bounds.check(_BOUNDS, measured[:1], True, print)), 0)
+
+    def test_above_recorded_adds_ten_percent_and_says_so(self):
+        b = bounds.above_recorded("ratio", 1.148, "cnn1d LAMB", {"model": "cnn1d"})
+        self.assertEqual(b.limit, 1.26)
+        self.assertEqual(b.why, "largest recorded 1.148 (cnn1d LAMB) + 10 %")
+        self.assertEqual(b.where, {"model": "cnn1d"})
+
+
+class RegisteredBoundsTest(tf.test.TestCase):
+    def test_passes_bounds_the_min_based_gsnr_part_of_both_modes_at_24(self):
+        rows = [
+            {"jit_compile": jit, "min": {"gsnr_passes": value}}
+            for jit, value in ((False, 23.0), (True, 25.0))
+        ]
+        verdicts = bounds.evaluate(passes.BOUNDS, passes.bound_measurements(rows))
+        self.assertEqual(
+            [(v.case["jit_compile"], v.passed) for v in verdicts], [(False, True), (True, False)]
+        )
+        self.assertEqual({v.limit for v in verdicts}, {24.0})
+
+    def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
+        rows = [
+            {"beta_3": b3, "diagnostics": d, "inter_op_threads": t, "tensors": 20.0}
+            for t in (None, 1)
+            for b3 in (0.0, 0.9)
+            for d in (False, True)
+        ]
+        verdicts = bounds.evaluate(gsnr_memory.BOUNDS, gsnr_memory.bound_measurements(rows))
+        self.assertLen(verdicts, 4)
+        self.assertEqual({v.case["inter_op_threads"] for v in verdicts}, {1})
+        self.assertEqual(sorted(v.limit for v in verdicts), [5.9, 8.6, 9.1, 13.0])
+        self.assertFalse(any(v.passed for v in verdicts))
+
+
+if __name__ == "__main__":
+    tf.test.main()
