@@ -64,15 +64,20 @@ WHAT = (
     "split-half reliability of the GSNR on the round-3 setting: a diagnostic outside the "
     "registered protocol (studies/evidence/PROTOCOL.md)"
 )
-flags.DEFINE_list("pairs", ["momentum", "lamb"], f"VR optimizers, of {sorted(RATES)}.")
-flags.DEFINE_integer("epochs", p3.EPOCHS, "Epochs per run (registered setting: 30).")
-flags.DEFINE_enum("layout", "replicas", ["replicas", "groups"], "See the module docstring.")
-flags.DEFINE_string("data_dir", None, "Fashion-MNIST IDX directory (default: Debian's).")
-flags.DEFINE_string("out", None, "JSON file (default results/round3/reliability.json).")
-flags.DEFINE_list(
-    "demo_optimizers", ["vrgd_lamb", "vrgd_lars"], "The digits demo's VR runs ('' = none)."
-)
-flags.DEFINE_bool("quick", False, "Smoke test: 1 epoch of 8k examples, own file.")
+
+
+def define_flags():
+    """The runner's flags, defined only when it runs as a script (so that a test importing
+    this module next to another runner does not define ``--quick`` twice)."""
+    flags.DEFINE_list("pairs", ["momentum", "lamb"], f"VR optimizers, of {sorted(RATES)}.")
+    flags.DEFINE_integer("epochs", p3.EPOCHS, "Epochs per run (registered setting: 30).")
+    flags.DEFINE_enum("layout", "replicas", ["replicas", "groups"], "See the module docstring.")
+    flags.DEFINE_string("data_dir", None, "Fashion-MNIST IDX directory (default: Debian's).")
+    flags.DEFINE_string("out", None, "JSON file (default results/round3/reliability.json).")
+    flags.DEFINE_list(
+        "demo_optimizers", ["vrgd_lamb", "vrgd_lars"], "The digits demo's VR runs ('' = none)."
+    )
+    flags.DEFINE_bool("quick", False, "Smoke test: 1 epoch of 8k examples, own file.")
 
 
 def out_path():
@@ -260,4 +265,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
