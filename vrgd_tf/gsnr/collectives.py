@@ -17,6 +17,12 @@ under ``TPUStrategy``):
 4. if there are sparse gradients on the exact rows path, one ``all_gather(axis=0)`` of their
    indices and rows packed with squares (and of the count, if no call 1 carries it).
 
+Summation order: every dense tensor a call sums is first made a buffer that only the
+all-reduce holds (:func:`in_replica_order`), so that ``ReductionToOneDevice``
+(``vrgd_tf.devices``' strategies) sums it in replica order on every step, whatever else reads
+the gradients and when: the sums, and with them every factor and weight, are the same bit
+for bit from run to run and with the split-half reliability on or off (spec section 4).
+
 With one sample per step there is no GSNR: :func:`sum_plain` is the base's own all-reduce.
 :func:`sum_with_squares` makes calls 1 and 2 for callers that hold flat buffers.
 :func:`all_replicas_finite` is the loss-scale optimizers' all-reduced finiteness flag.
@@ -32,6 +38,7 @@ from vrgd_tf.gsnr.sparse import dense_gradient
 
 __all__ = [
     "Reduced",
+    "in_replica_order",
     "all_reduce_samples",
     "sum_plain",
     "sum_with_squares",
@@ -65,16 +72,24 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
     """
     ctx = replica_context
     gradients, squares, sparse, count, half = (), (), (), local.count, None
+    # The other readers of the summed buffers: the squares read the gradients, the count
+    # and the split-half subsample the squares (and the gradients).
+    readers = list(local.squares) + [count] + ([] if local.half is None else [local.half])
     if local.gradients:
         extra = [count] + ([] if local.half is None else [local.half])
-        first = ctx.all_reduce(_SUM, list(local.gradients) + extra + list(local.sparse))
+        dense = in_replica_order(list(local.gradients) + extra, readers)
+        first = ctx.all_reduce(_SUM, dense + list(local.sparse))
         n, m = len(local.gradients), len(extra)
         gradients, count, sparse = tuple(first[:n]), first[n], tuple(first[n + m :])
         half = None if local.half is None else first[n + 1]
         wire = tf.bfloat16 if squares_dtype == "bfloat16" else tf.float32
-        sq = ctx.all_reduce(_SUM, [tf.cast(q, wire) for q in local.squares])
+        sq = ctx.all_reduce(
+            _SUM, in_replica_order([tf.cast(q, wire) for q in local.squares], readers)
+        )
         squares = tuple(tf.cast(q, tf.float32) for q in sq)
-    wide = tuple(ctx.all_reduce(_SUM, list(local.wide))) if local.wide else ()
+    wide = ()
+    if local.wide:
+        wide = tuple(ctx.all_reduce(_SUM, in_replica_order(local.wide, local.gradients)))
     rows = ()
     if local.rows:
         flat = [t for pair in local.rows for t in pair]
@@ -86,6 +101,31 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         if not local.gradients:
             count = tf.reduce_sum(gathered[-1])
     return Reduced(gradients, squares, sparse, wide, rows, count, half)
+
+
+def in_replica_order(tensors: Sequence[tf.Tensor], readers: Sequence = ()) -> list:
+    """``tensors`` (dense) as the operands of an all-reduce that sums them in replica order.
+
+    TensorFlow's CPU ``AddN``, the sum of ``tf.distribute.ReductionToOneDevice``, accumulates
+    in place into the first operand whose buffer no other op holds, and adds that operand
+    first. Which one that is depends on which of the other readers of the operands' buffers
+    (the squares, the count, the split-half subsample, the caller's ops) have run yet: a race
+    that reorders a float32 sum, and changes its last bits, from one step to the next and
+    between the step with and without the split-half reliability. Each operand here is a
+    ``Snapshot`` taken after ``readers`` (this replica's other readers of those buffers): the
+    buffer itself when nothing else holds it, else a copy. Only the all-reduce holds it, so
+    replica 0's operand is the one accumulated into and the sum is ``x_0 + x_1 + ...`` in
+    replica order. The identity under XLA.
+
+    Args:
+      tensors: the dense tensors of one all-reduce call.
+      readers: tensors computed from the same buffers that must exist first.
+
+    Returns:
+      A list of ``len(tensors)`` tensors of the same values.
+    """
+    with tf.control_dependencies(list(readers)):
+        return [tf.raw_ops.Snapshot(input=t) for t in tensors]
 
 
 def sum_plain(grads, replica_context):
@@ -151,8 +191,8 @@ def sum_with_squares(
             )
     wire = tf.bfloat16 if validate_squares_dtype(squares_dtype) == "bfloat16" else tf.float32
     sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
-    first = replica_context.all_reduce(_SUM, flat + sparse)
-    sq = replica_context.all_reduce(_SUM, [tf.cast(q, wire) for q in squares])
+    first = replica_context.all_reduce(_SUM, in_replica_order(flat, squares) + sparse)
+    sq = replica_context.all_reduce(_SUM, in_replica_order([tf.cast(q, wire) for q in squares]))
     s1 = tf.concat(first[: len(flat)], 0)
     s2 = tf.concat([tf.cast(q, tf.float32) for q in sq], 0)
     return s1, s2, sizes, dense, list(first[len(flat) :])

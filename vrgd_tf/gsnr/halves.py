@@ -1,6 +1,9 @@
 """The split-half reliability of the GSNR inside the step (``docs/spec.md`` section 4).
 
-A diagnostic: it changes no gradient. Half A is the samples of the replicas with id below
+A diagnostic: it changes no gradient, factor or weight (outside XLA bit for bit: the
+collectives sum every buffer in replica order whatever else reads it,
+:func:`vrgd_tf.gsnr.collectives.in_replica_order`; under XLA the step with it is another
+program, whose fusions may round a factor differently in its last bits). Half A is the samples of the replicas with id below
 ``R // 2`` (``k_A = (R // 2) * m`` samples of the ``k = R * m``), half B the others. Each
 replica sends, in the step's first all-reduce (``vrgd_tf.gsnr.collectives``, outside any
 ``tf.cond``, so on every step: a strategy's replica-context all-reduce cannot sit in a branch
