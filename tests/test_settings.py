@@ -35,8 +35,8 @@ class SettingsTest(tf.test.TestCase):
                 split_half=False,
             ),
         )
-        s = settings.VRGDSettings(gamma=1, factor_transforms=abs)
-        self.assertEqual((type(s.gamma), s.factor_transforms), (float, (abs,)))
+        s = settings.VRGDSettings(gamma=1, factor_transforms=tf.math.multiply)
+        self.assertEqual((type(s.gamma), s.factor_transforms), (float, (tf.math.multiply,)))
         for bad, error, text in (
             (dict(gamma=0.0), ValueError, "`gamma` must be in"),
             (dict(beta_3=1.0), ValueError, "`beta_3` must be in"),

@@ -112,6 +112,9 @@ class VRGDSettings:
         "variable's flat float32 factor, after any smoothing and before it multiplies the "
         "summed gradient (research and custom rules; ``context`` is a "
         ":class:`vrgd_tf.gsnr.FactorContext`; example: :class:`vrgd_tf.GSNRAggregator`). "
+        "Each must take two positional arguments (checked at construction) and return one "
+        "real value per element of the factor (checked when the step is traced: "
+        "``TypeError``/``ValueError`` naming it). "
         "Not a config key (callables do not serialize): pass them again on restore.",
         serialized=False,
     )
