@@ -385,6 +385,19 @@ class GSNRAggregator(tf.Module):
     def _report(self, report) -> None:
         """Turns the step's :class:`vrgd_tf.gsnr.StepReport` into warnings, each once."""
         self._num_samples = report.num_samples
+        if self.split_half and not report.split_half_measured:
+            self._warn_once(
+                "split_half",
+                "%s: `split_half=True`, but a step of %s GSNR samples (replicas x "
+                "micro-batch groups) cannot measure the split-half reliability: it needs two "
+                "halves of >= 2 samples each, split by replica (>= 4 replicas, or >= 2 "
+                "replicas with >= 2 micro-batch groups each: `vrgd_tf.use_micro_batches`), "
+                "and a dense gradient (sparse gradients on the exact rows path are not "
+                "measured). `reliability` stays undefined (`reliability_defined` False, NaN "
+                "in the logs). Train on more replicas or groups, or set `split_half=False`.",
+                self._owner,
+                report.num_samples,
+            )
         if report.num_samples == 1:
             self._warn_once(
                 "single",

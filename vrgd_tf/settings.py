@@ -100,7 +100,8 @@ class VRGDSettings:
         "(``vrgd_statistics()`` fields ``reliability``, ``reliability_defined``...; headline "
         "``vrgd/median/reliability``; ``docs/spec.md`` section 4): near 0 when the GSNR the "
         "factor acts on is noise, near 1 when it is a stable property of the elements. It "
-        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups) and "
+        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups; with "
+        "fewer it stays undefined and the first step warns once) and "
         "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
         "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step's "
         "first all-reduce.",

@@ -39,6 +39,9 @@ class StepReport(NamedTuple):
       inert: scalar bool tensor: a finite step with a GSNR in which no element of any
         variable had a defined one (every replica sent the same or an all-zero gradient):
         the step was the base optimizer's. False on a one-sample step.
+      split_half_measured: Python bool, whether the step carries the split-half subsample
+        (``split_half_stride > 0``, two halves of >= 2 samples each and an all-reduced
+        variable: :func:`vrgd_tf.gsnr.halves.plan`). False on a one-sample step.
     """
 
     num_samples: int
@@ -46,6 +49,7 @@ class StepReport(NamedTuple):
     active: object
     finite: Optional[tf.Tensor]
     inert: object
+    split_half_measured: bool = False
 
     @property
     def too_few_samples(self):
@@ -147,13 +151,14 @@ def _factors(layout, summed, options) -> List[factors_lib.Factor]:
     return out
 
 
-def _report(layout, summed, raw) -> StepReport:
-    """The :class:`StepReport` of a step with a layout, from its sums and raw factors."""
+def _report(layout, summed, raw, plan) -> StepReport:
+    """The :class:`StepReport` of a step with a layout, from its sums, raw factors and
+    split-half plan."""
     active = summed.count >= 2.0
     finite = tf.reduce_all([f.finite for f in raw])
     no_defined = tf.equal(tf.add_n([f.num_defined for f in raw]), 0.0)
     inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
-    return StepReport(layout.num_samples, summed.count, active, finite, inert)
+    return StepReport(layout.num_samples, summed.count, active, finite, inert, plan is not None)
 
 
 def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
@@ -360,7 +365,7 @@ def variance_reduce(
     reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
     raw = _factors(layout, summed, options)
-    report = _report(layout, summed, raw)
+    report = _report(layout, summed, raw, plan)
     factors = _smoothed(layout, state, summed, raw, report, options)
     factors = _transformed(layout, summed, factors, variables, options, step)
     _record(layout, state, summed, plan, factors, report, record_statistics, options)
