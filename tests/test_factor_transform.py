@@ -4,7 +4,10 @@ permutation of each variable's factor keeps its multiset, changes the weights, a
 of the config."""
 
 import functools
+import logging
+import os
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -231,6 +234,42 @@ class FactorTransformTest(tf.test.TestCase):
             functools.partial(lambda s, f, c: f, 1),
         ]
         self.assertLen(vrgd_tf.GSNRAggregator(factor_transforms=fine).factor_transforms, 4)
+
+    def test_saving_warns_that_the_transforms_are_left_out_and_the_resume_path_works(self):
+        """``model.save`` of a VRGD optimizer with transforms logs once that its config
+        leaves them out (``load_model`` gives an optimizer without them); the resume path
+        the warning names (the same transforms, ``build``, ``load_weights`` of the
+        ``.keras`` file) restores every optimizer variable exactly."""
+
+        def halve(factor, context):
+            return factor * 0.5
+
+        def make(transforms):
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            optimizer = vrgd_tf.VRGDLamb(1e-2, factor_transforms=transforms)
+            model.compile(optimizer=optimizer, loss="mse")
+            return model
+
+        model = make([halve])
+        x, y = np.ones([8, 3], np.float32), np.zeros([8, 2], np.float32)
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        path = os.path.join(self.get_temp_dir(), "m.keras")
+        with self.assertLogs("vrgd_tf", "WARNING") as logs:
+            model.save(path)
+            model.optimizer.get_config()  # once per optimizer
+            logging.getLogger("vrgd_tf").warning("end")
+        (message,) = [m for m in logs.output if "leaves out" in m]
+        self.assertRegex(message, r"VRGDLamb: .*`factor_transforms\[0\]` \(halve\).*load_weights")
+        self.assertEqual(keras.models.load_model(path).optimizer.factor_transforms, ())
+        resumed = make([halve])
+        resumed.optimizer.build(resumed.trainable_variables)
+        resumed.load_weights(path)
+        self.assertEqual(resumed.optimizer.factor_transforms, (halve,))
+        for want, got in zip(model.optimizer.variables, resumed.optimizer.variables):
+            self.assertAllEqual(want.numpy(), got.numpy())
+        with self.assertLogs("vrgd_tf", "WARNING") as logs:
+            vrgd_tf.GSNRAggregator(factor_transforms=[halve]).get_config()
+        self.assertRegex(logs.output[0], r"gsnr_aggregator: .*leaves out .*\(halve\)")
 
     def test_not_callable_is_refused_at_construction(self):
         with self.assertRaisesRegex(TypeError, "factor_transforms"):

@@ -501,10 +501,33 @@ class GSNRAggregator(tf.Module):
     def get_config(self) -> dict:
         """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`),
         ``sparse_statistics`` and ``name``: the constructor's serializable arguments
-        (:meth:`from_config` inverts it)."""
+        (:meth:`from_config` inverts it). With ``factor_transforms``, which it leaves out,
+        the first call logs a warning (:meth:`settings_config`)."""
         return dict(
-            self.settings.get_config(), sparse_statistics=self.sparse_statistics, name=self.name
+            self.settings_config(), sparse_statistics=self.sparse_statistics, name=self.name
         )
+
+    def settings_config(self) -> dict:
+        """``settings.get_config()`` (what the VRGD classes' ``get_config`` adds to the
+        base's); the first call with ``factor_transforms`` logs that the config leaves them
+        out, so that an object made from it (``from_config``, ``keras.models.load_model``)
+        steps without them, and how to resume with them."""
+        if self.factor_transforms:
+            self._warn_once(
+                "unsaved_transforms",
+                "%s: the config (`get_config`: `model.save`, `from_config`) leaves out %s: "
+                "callables do not serialize, so an optimizer (or aggregator) made from it, "
+                "e.g. by `keras.models.load_model`, steps without them. To resume with them, "
+                "build the model and the optimizer again with the same `factor_transforms`, "
+                "call `optimizer.build(model.trainable_variables)` and restore the weights "
+                "and the optimizer's state (`model.load_weights` of the `.keras` file, or a "
+                "`tf.train.Checkpoint`).",
+                self._owner,
+                ", ".join(
+                    gsnr.options.transform_label(i, f) for i, f in enumerate(self.factor_transforms)
+                ),
+            )
+        return self.settings.get_config()
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":

@@ -116,7 +116,8 @@ class VRGDSettings:
         "Each must take two positional arguments (checked at construction) and return one "
         "real value per element of the factor (checked when the step is traced: "
         "``TypeError``/``ValueError`` naming it). "
-        "Not a config key (callables do not serialize): pass them again on restore.",
+        "Not a config key (callables do not serialize; the first ``get_config`` warns): pass "
+        "them again on restore (``docs/guide.md``, saving).",
         serialized=False,
     )
 
