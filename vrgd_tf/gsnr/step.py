@@ -9,8 +9,10 @@ warnings.
 
 from typing import List, Mapping, NamedTuple, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
+from vrgd_tf import naming
 from vrgd_tf.gsnr import collectives, halves, smoothing, sparse
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
@@ -86,7 +88,7 @@ def _group_squares(squares, keywords) -> GroupSquares:
     return squares
 
 
-def _checked_context(grads, squares, replica_context):
+def _checked_context(grads, variables, squares, replica_context):
     """The replica context; the one check per step of the context and of ``squares``
     (``num_groups``, ``sq_sums``)."""
     ctx = replica_context or tf.distribute.get_replica_context()
@@ -109,7 +111,26 @@ def _checked_context(grads, squares, replica_context):
             f"`sq_sums` must hold one tensor per gradient, in their order: got {got} for "
             f"{len(grads)} gradients (GroupSquares.in_order orders a mapping)."
         )
+    if sq_sums is not None:
+        _check_sq_sums(sq_sums, variables)
     return ctx
+
+
+def _check_sq_sums(sq_sums, variables) -> None:
+    """ValueError naming ``sq_sums[i]`` if it is None or its static number of elements is
+    not its variable's (the step flattens it)."""
+    for i, (q, v) in enumerate(zip(sq_sums, variables)):
+        shape = None if q is None else tf.TensorShape(getattr(q, "shape", np.shape(q)))
+        want = tf.TensorShape(v.shape)
+        if shape is None or (
+            shape.is_fully_defined() and shape.num_elements() != want.num_elements()
+        ):
+            raise ValueError(
+                f"`sq_sums[{i}]` must be this replica's sum over its micro-batch groups of "
+                f"the squared gradients of variable {naming.variable_name(v)!r}, of its "
+                f"shape {want.as_list()}; got "
+                f"{'None' if shape is None else f'shape {shape.as_list()}'}."
+            )
 
 
 def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
@@ -347,7 +368,7 @@ def variance_reduce(
     options = GSNROptions.from_keywords(options)
     grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
     variables = list(variables)
-    ctx = _checked_context(grads, squares, replica_context)
+    ctx = _checked_context(grads, variables, squares, replica_context)
     num_samples = ctx.num_replicas_in_sync * squares.num_groups
     if num_samples == 1 or not grads:
         return _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples)
