@@ -215,6 +215,40 @@ class FactorTransformTest(tf.test.TestCase):
             step(lambda f, c: tf.ones_like(f) > 0), [[3.0, 6.0], [9.0, 12.0], [15.0, 18.0]]
         )
 
+    def test_a_non_finite_transformed_factor_warns_once(self):
+        """A transform that returns NaN on finite sums makes the update NaN (the caller's
+        arithmetic, passed through): the step logs one warning naming `factor_transforms`;
+        a finite transform logs none."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            w = tf.Variable(tf.zeros([4]))
+
+        def run(transform):
+            with strategy.scope():
+                aggregator = vrgd_tf.GSNRAggregator(factor_transforms=[transform])
+                aggregator.build([w])
+
+            @tf.function
+            def step():
+                def fn():
+                    rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                    return aggregator([tf.range(4.0) * tf.cast(rid + 1, tf.float32)], [w])[0]
+
+                return strategy.experimental_local_results(strategy.run(fn))[0]
+
+            with self.assertLogs("vrgd_tf", "WARNING") as logs:
+                out = [step().numpy() for _ in range(2)]
+                logging.getLogger("vrgd_tf").warning("end")
+            return out, [m for m in logs.output if "factor_transforms" in m]
+
+        out, messages = run(lambda f, c: tf.math.log(f - 1.0))  # log(0) and log(< 0)
+        self.assertFalse(np.isfinite(out[0]).all())
+        (message,) = messages
+        self.assertIn("NaN or infinite", message)
+        out, messages = run(lambda f, c: f * 0.5)
+        self.assertTrue(np.isfinite(out[0]).all())
+        self.assertEqual(messages, [])
+
     def test_a_transform_of_the_wrong_arity_is_refused_at_construction(self):
         with self.assertRaisesRegex(
             TypeError, r"factor_transforms\[1\]` \(<lambda>\) must take two positional.*\(f\)"

@@ -410,6 +410,19 @@ class GSNRAggregator(tf.Module):
             return
         self._warn_from_step(report.inert, "inert", self._log_inert)
         self._warn_from_step(report.too_few_samples, "too_few", self._log_too_few_samples)
+        self._warn_from_step(
+            report.transforms_not_finite, "transforms", self._log_transforms_not_finite
+        )
+
+    def _log_transforms_not_finite(self) -> None:
+        self._warn_once(
+            "transforms",
+            "%s: a factor returned by `factor_transforms` was NaN or infinite in a step whose "
+            "summed gradients were finite, so the update is not finite either. Check the "
+            "transforms (e.g. divide with `tf.math.divide_no_nan`, guard norms that can be "
+            "0); VRGD's own factor is always in [gamma, 1].",
+            self._owner,
+        )
 
     def _log_inert(self) -> None:
         self._warn_once(

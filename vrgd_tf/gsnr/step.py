@@ -44,6 +44,8 @@ class StepReport(NamedTuple):
       split_half_measured: Python bool, whether the step carries the split-half subsample
         (``split_half_stride > 0``, two halves of >= 2 samples each and an all-reduced
         variable: :func:`vrgd_tf.gsnr.halves.plan`). False on a one-sample step.
+      transforms_finite: True (no ``factor_transforms``, or a one-sample step), or a scalar
+        bool tensor: whether every factor the transforms returned was finite.
     """
 
     num_samples: int
@@ -52,6 +54,15 @@ class StepReport(NamedTuple):
     finite: Optional[tf.Tensor]
     inert: object
     split_half_measured: bool = False
+    transforms_finite: object = True
+
+    @property
+    def transforms_not_finite(self):
+        """False, or a scalar bool tensor: True on a finite step in which some factor the
+        ``factor_transforms`` returned was NaN or infinite (the output is then too)."""
+        if self.transforms_finite is True or self.finite is None:
+            return False
+        return tf.logical_and(self.finite, tf.logical_not(self.transforms_finite))
 
     @property
     def too_few_samples(self):
@@ -213,6 +224,14 @@ def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
         )
         out.append(factors_lib.transform(options.factor_transforms, a, context))
     return factors._replace(applied=out)
+
+
+def _with_transforms_finite(report, factors, options) -> StepReport:
+    """``report`` with ``transforms_finite`` of the transformed factors (with transforms)."""
+    if not options.factor_transforms:
+        return report
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(a)) for a in factors.applied])
+    return report._replace(transforms_finite=finite)
 
 
 def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor:
@@ -389,5 +408,6 @@ def variance_reduce(
     report = _report(layout, summed, raw, plan)
     factors = _smoothed(layout, state, summed, raw, report, options)
     factors = _transformed(layout, summed, factors, variables, options, step)
+    report = _with_transforms_finite(report, factors, options)
     _record(layout, state, summed, plan, factors, report, record_statistics, options)
     return ReducedGradients(_outputs(layout, summed, factors.applied), report)
