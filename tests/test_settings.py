@@ -52,6 +52,9 @@ class SettingsTest(tf.test.TestCase):
             settings.DEFAULTS.replace(gama=0.2)
         with self.assertRaisesRegex(ValueError, r"^a\.b\.gamma: `gamma` must be in"):
             settings.check_values({"gamma": 2.0}, prefix="a.b")
+        # A check across settings names the config path too.
+        with self.assertRaisesRegex(ValueError, r"^a\.b: `split_half=True` needs recording"):
+            settings.check_values({"split_half": True, "statistics_interval": 0}, prefix="a.b")
 
     def test_every_class_derives_its_signature_doc_attributes_and_config(self):
         classes = keras3_classes()

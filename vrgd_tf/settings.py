@@ -228,7 +228,7 @@ def check_values(values: Mapping[str, Any], prefix: str = "") -> VRGDSettings:
 
     Raises:
       TypeError, ValueError: as the setting's check, the message starting with
-        ``"{prefix}.{name}: "``.
+        ``"{prefix}.{name}: "``; a check across settings with ``"{prefix}: "``.
     """
     get = values.get if isinstance(values, Mapping) else lambda k, d: getattr(values, k, d)
     checked = {}
@@ -239,7 +239,10 @@ def check_values(values: Mapping[str, Any], prefix: str = "") -> VRGDSettings:
             checked[f.name] = f.metadata["check"](get(f.name, f.default))
         except (TypeError, ValueError) as e:
             raise type(e)(f"{prefix}.{f.name}: {e}" if prefix else str(e)) from e
-    return VRGDSettings(**checked)
+    try:
+        return VRGDSettings(**checked)
+    except ValueError as e:  # a check across settings (split_half and statistics_interval)
+        raise ValueError(f"{prefix}: {e}" if prefix else str(e)) from e
 
 
 def config_fields(defaults: VRGDSettings) -> List[Tuple[str, type, Any]]:
