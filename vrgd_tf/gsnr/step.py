@@ -43,7 +43,7 @@ class StepReport(NamedTuple):
         the step was the base optimizer's. False on a one-sample step.
       split_half_measured: Python bool, whether the step carries the split-half subsample
         (``split_half_stride > 0``, two halves of >= 2 samples each and an all-reduced
-        variable: :func:`vrgd_tf.gsnr.halves.plan`). False on a one-sample step.
+        variable: ``vrgd_tf.gsnr.halves.plan``). False on a one-sample step.
       transforms_finite: True (no ``factor_transforms``, or a one-sample step), or a scalar
         bool tensor: whether every factor the transforms returned was finite.
     """
@@ -58,8 +58,9 @@ class StepReport(NamedTuple):
 
     @property
     def transforms_not_finite(self):
-        """False, or a scalar bool tensor: True on a finite step in which some factor the
-        ``factor_transforms`` returned was NaN or infinite (the output is then too)."""
+        """A scalar bool tensor (False without transforms), True on a finite step in which
+        some factor the ``factor_transforms`` returned was NaN or infinite (the output is
+        then too)."""
         if self.transforms_finite is True or self.finite is None:
             return False
         return tf.logical_and(self.finite, tf.logical_not(self.transforms_finite))
