@@ -13,9 +13,11 @@ Call :func:`setup_devices` before any TensorFlow op: the logical device configur
 precede TensorFlow's runtime start.
 """
 
+import dataclasses
 import json
 import os
 import tempfile
+from typing import ClassVar
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -231,3 +233,41 @@ def load_json(path):
 def load_result(results_dir, stem, quick):
     """:func:`load_json` of ``results_dir/<stem>.json`` (``<stem>_quick.json`` if ``quick``)."""
     return load_json(os.path.join(results_dir, f"{stem}_quick.json" if quick else f"{stem}.json"))
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+#: The optimizer pairs' names in the reports' tables.
+PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
+
+
+@dataclasses.dataclass
+class ReportContext:
+    """What one rendering of a report shares between its sections (the cost report's
+    ``benchmarks/report/common.Context`` and the sweeps' ``report.sweeps.common.Context``
+    subclass it: each sets :attr:`RESULTS` and adds the lists its sections fill).
+
+    Attributes:
+      inputs: ``{stem: loaded JSON or None}`` of the results files; see :meth:`result`.
+      quick: rendering the ``--quick`` results.
+      out_md: path of the Markdown being written.
+      img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
+    """
+
+    #: The results directory :meth:`result` reads (a class attribute of each subclass).
+    RESULTS: ClassVar[str] = ""
+
+    inputs: dict
+    quick: bool
+    out_md: str
+    img_dir: str
+    img_rel: str
+
+    def result(self, stem):
+        """The JSON of ``stem`` given on the command line, else ``RESULTS/<stem>.json``
+        (``<stem>_quick.json`` with ``--quick``), or None if there is no such file."""
+        if stem not in self.inputs:
+            self.inputs[stem] = load_result(self.RESULTS, stem, self.quick)
+        return self.inputs[stem]
