@@ -10,7 +10,7 @@ import os
 import harness  # noqa: F401  (puts studies/ on sys.path for shared)
 
 # isort: split
-from shared import PAIR_LABEL, ReportContext  # noqa: F401  (PAIR_LABEL: the sections')
+from shared import PAIR_LABEL, ReportContext, load_average  # noqa: F401  (PAIR_LABEL: the sections')
 from shared import load_json as load  # noqa: F401  (the sections' name for it)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

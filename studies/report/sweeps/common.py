@@ -9,7 +9,7 @@ import math
 import os
 
 import numpy as np
-from shared import PAIR_LABEL, ReportContext  # noqa: F401  (PAIR_LABEL: the sections')
+from shared import PAIR_LABEL, ReportContext, load_average  # noqa: F401  (PAIR_LABEL: the sections')
 from shared import load_json as load  # noqa: F401  (the sections' name for it)
 
 STUDIES = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
