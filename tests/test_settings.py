@@ -35,6 +35,10 @@ class SettingsTest(tf.test.TestCase):
                 split_half=False,
             ),
         )
+        # The settings the step's record shares have the step's defaults (written once).
+        step = vrgd_tf.gsnr.GSNROptions()
+        for name in ("gamma", "beta_3", "squares_dtype", "factor_transforms"):
+            self.assertEqual(getattr(settings.DEFAULTS, name), getattr(step, name), name)
         s = settings.VRGDSettings(gamma=1, factor_transforms=tf.math.multiply)
         self.assertEqual((type(s.gamma), s.factor_transforms), (float, (tf.math.multiply,)))
         for bad, error, text in (

@@ -45,6 +45,11 @@ def _check_split_half(split_half) -> bool:
     return split_half
 
 
+#: The step's own defaults (:class:`vrgd_tf.gsnr.GSNROptions`): the settings the two records
+#: share take their defaults from it, so each default is written once.
+_STEP_DEFAULTS = gsnr.GSNROptions()
+
+
 def _setting(default, check: Callable[[Any], Any], doc: str, serialized: bool = True):
     """A :class:`VRGDSettings` field: its default, its check (value -> normalised value,
     raising ``TypeError``/``ValueError`` that names the argument), its doc paragraph (without
@@ -64,13 +69,13 @@ class VRGDSettings:
     """
 
     gamma: float = _setting(
-        0.1,
+        _STEP_DEFAULTS.gamma,
         gsnr.validate_gamma,
         "float in (0, 1], lower bound of the per-element factor (eq. 9). ``gamma=1`` with "
         "``beta_3=0`` reproduces the base optimizer exactly.",
     )
     beta_3: float = _setting(
-        0.0,
+        _STEP_DEFAULTS.beta_3,
         gsnr.validate_beta_3,
         "float in [0, 1), decay of the factor's momentum with bias correction (Section "
         "4.2; *our reading*); 0 uses the raw per-step factor. The paper's VR-Adam and "
@@ -86,7 +91,7 @@ class VRGDSettings:
         "divisor of ``trainer.steps_per_loop``).",
     )
     squares_dtype: str = _setting(
-        "float32",
+        _STEP_DEFAULTS.squares_dtype,
         gsnr.validate_squares_dtype,
         '``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are all-reduced '
         "in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per parameter, "
@@ -107,7 +112,7 @@ class VRGDSettings:
         "first all-reduce.",
     )
     factor_transforms: tuple = _setting(
-        (),
+        _STEP_DEFAULTS.factor_transforms,
         gsnr.validate_factor_transforms,
         "sequence of callables ``fn(factor, context) -> factor`` applied in order to each "
         "variable's flat float32 factor, after any smoothing and before it multiplies the "
