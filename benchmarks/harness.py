@@ -15,8 +15,6 @@ runtime start (importing runs no op).
 """
 
 import os
-import platform
-import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,20 +26,13 @@ if os.path.join(REPO, "studies") not in sys.path:
 
 from shared import (  # noqa: E402, F401  (studies/shared.py: see the module docstring)
     apply_quick,
+    command_line,
     read_json,
     setup_devices,
     strategy_for,
     write_json,
 )
-
-
-def _dist_version(name):
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # pragma: no cover
-        return None
+from shared import environment as shared_environment  # noqa: E402
 
 
 def library_state():
@@ -76,27 +67,7 @@ def library_state():
 
 
 def environment():
-    """Versions and machine facts recorded in every results file."""
-    import keras
-    import tensorflow as tf
-
-    return {
-        "library": library_state(),
-        "python": sys.version.split()[0],
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "vrgd_tf": _dist_version("vrgd_tf"),
-        "mnist1d": _dist_version("mnist1d"),
-        "scikit-learn": _dist_version("scikit-learn"),
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def command_line():
-    """The command that is running, relative to the repository root when possible."""
-    argv = list(sys.argv)
-    script = os.path.relpath(os.path.abspath(argv[0]), REPO)
-    return " ".join(["python", script] + argv[1:])
+    """The run's environment record (``studies/shared.py``'s, with ``loadavg``), with the
+    library's state (:func:`library_state`) and the versions of ``vrgd_tf``, ``mnist1d`` and
+    ``scikit-learn``."""
+    return {"library": library_state(), **shared_environment("vrgd_tf", "mnist1d", "scikit-learn")}

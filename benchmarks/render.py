@@ -23,7 +23,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from report import SECTIONS  # noqa: E402
-from report.common import REPO, RESULTS, Context, load, study_blocks  # noqa: E402
+from report.common import REPO, RESULTS, Context, load, load_average, study_blocks  # noqa: E402
 from report.readme import summary_section, write_readme_block  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -73,7 +73,7 @@ def _head(ov, ov_path, quick):
         f" from `{os.path.relpath(ov_path, REPO)}` and the other cost results. Machine: "
         f"{env.get('platform')}, {env.get('cpu_count')} CPU cores, TensorFlow "
         f"{env.get('tensorflow')}, Keras {env.get('keras')}; load average at the start "
-        f"{env.get('loadavg_at_start')} (the cores were shared, so absolute times are "
+        f"{load_average(env)} (the cores were shared, so absolute times are "
         "noisy; ratios are measured within one process).",
         "",
         "Replicas are logical CPU devices of one host: the maths of k-replica data "

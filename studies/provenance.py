@@ -13,10 +13,10 @@ later commits or edits of the tree do not change what this process runs.
 
 import hashlib
 import os
-import platform
-import socket
 import subprocess
 import sys
+
+from shared import command_line, environment  # noqa: F401  (the studies' run record)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,35 +108,3 @@ def snapshot(ignore=()):
         "imported_modules": len(_SEEN),
         "imported_sha256": h.hexdigest(),
     }
-
-
-def environment():
-    """Versions and machine facts of this process."""
-    from importlib.metadata import version
-
-    import keras
-    import tensorflow as tf
-
-    def dist(name):
-        try:
-            return version(name)
-        except Exception:  # noqa: BLE001
-            return None
-
-    return {
-        "python": sys.version.split()[0],
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "numpy": dist("numpy"),
-        "scipy": dist("scipy"),
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def command_line():
-    """The command that is running, the script relative to the repository root."""
-    argv = list(sys.argv)
-    return " ".join(["python", os.path.relpath(os.path.abspath(argv[0]), REPO)] + argv[1:])

@@ -13,9 +13,14 @@ Call :func:`setup_devices` before any TensorFlow op: the logical device configur
 precede TensorFlow's runtime start.
 """
 
+import dataclasses
 import json
 import os
+import platform
+import socket
+import sys
 import tempfile
+from typing import ClassVar
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -24,6 +29,7 @@ import numpy as np  # noqa: E402
 from vrgd_tf import devices  # noqa: E402
 
 STUDIES = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(STUDIES)
 #: Where MNIST-1D is cached once generated (git-ignored).
 DATA_CACHE = os.path.join(STUDIES, "sweeps", "results", "data")
 
@@ -231,3 +237,91 @@ def load_json(path):
 def load_result(results_dir, stem, quick):
     """:func:`load_json` of ``results_dir/<stem>.json`` (``<stem>_quick.json`` if ``quick``)."""
     return load_json(os.path.join(results_dir, f"{stem}_quick.json" if quick else f"{stem}.json"))
+
+
+# --------------------------------------------------------------------------------------------
+# The record of a run: its command and environment
+# --------------------------------------------------------------------------------------------
+
+
+def dist_version(name):
+    """The installed version of the distribution ``name``, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def environment(*dists):
+    """Versions and machine facts of this process, recorded in every results file: Python,
+    TensorFlow, Keras, NumPy, SciPy and the distributions ``dists``, the platform, host, CPU
+    count and the load average when it was called (``loadavg``: the cores may be shared)."""
+    import keras
+    import tensorflow as tf
+
+    record = {
+        "python": sys.version.split()[0],
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+    }
+    record.update({name: dist_version(name) for name in ("numpy", "scipy") + dists})
+    record.update(
+        platform=platform.platform(),
+        host=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        loadavg=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    )
+    return record
+
+
+def command_line():
+    """The command that is running, the script relative to the repository root."""
+    argv = list(sys.argv)
+    return " ".join(["python", os.path.relpath(os.path.abspath(argv[0]), REPO)] + argv[1:])
+
+
+def load_average(env):
+    """The load average an environment record holds (``loadavg``; ``loadavg_at_start`` in
+    the cost benchmarks' files written before the two records were one), or None."""
+    env = env or {}
+    return env.get("loadavg", env.get("loadavg_at_start"))
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+#: The optimizer pairs' names in the reports' tables.
+PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
+
+
+@dataclasses.dataclass
+class ReportContext:
+    """What one rendering of a report shares between its sections (the cost report's
+    ``benchmarks/report/common.Context`` and the sweeps' ``report.sweeps.common.Context``
+    subclass it: each sets :attr:`RESULTS` and adds the lists its sections fill).
+
+    Attributes:
+      inputs: ``{stem: loaded JSON or None}`` of the results files; see :meth:`result`.
+      quick: rendering the ``--quick`` results.
+      out_md: path of the Markdown being written.
+      img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
+    """
+
+    #: The results directory :meth:`result` reads (a class attribute of each subclass).
+    RESULTS: ClassVar[str] = ""
+
+    inputs: dict
+    quick: bool
+    out_md: str
+    img_dir: str
+    img_rel: str
+
+    def result(self, stem):
+        """The JSON of ``stem`` given on the command line, else ``RESULTS/<stem>.json``
+        (``<stem>_quick.json`` with ``--quick``), or None if there is no such file."""
+        if stem not in self.inputs:
+            self.inputs[stem] = load_result(self.RESULTS, stem, self.quick)
+        return self.inputs[stem]

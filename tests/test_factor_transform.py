@@ -3,6 +3,11 @@
 permutation of each variable's factor keeps its multiset, changes the weights, and stays out
 of the config."""
 
+import functools
+import logging
+import os
+
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -160,6 +165,145 @@ class FactorTransformTest(tf.test.TestCase):
             self.assertNotAllClose(scaled[name].numpy(), plain[name].numpy())
             stats = [s for n, s in opt.vrgd_statistics().items() if n.endswith(name)][0]
             self.assertAllClose(stats["mean_factor"], ratio, rtol=1e-5)
+
+    def test_a_wrong_result_is_named_at_trace(self):
+        """A transform must return one real value per element of the factor: a scalar, a
+        wrong size, None or strings fail when the step is traced, naming the transform, the
+        variable and the shape wanted; the variable's shape (same size) is reshaped."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            a = tf.Variable(tf.zeros([3, 2]), name="a")
+            state = gsnr.VRGDState(
+                lambda kind, i, shape, ref_var: tf.Variable(tf.zeros(shape)), id, 0.0
+            )
+            state.add_variables([a])
+
+        def step(transform):
+            def fn():
+                g = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+                g = g * tf.cast(
+                    tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32
+                )
+                return gsnr.variance_reduce(
+                    [g], [a], gamma=0.1, state=state, factor_transforms=[lambda f, c: f, transform]
+                )
+
+            return strategy.experimental_local_results(strategy.run(fn))[0][0]
+
+        def mean_factor(factor, context):
+            return tf.reduce_mean(factor)
+
+        cases = [
+            (
+                mean_factor,
+                ValueError,
+                r"factor_transforms\[1\]` \(mean_factor\) for variable 'a' returned shape \[\]; .*\[6\].*tf.fill",
+            ),
+            (lambda f, c: tf.stack([f, f], 1), ValueError, r"returned shape \[6, 2\]"),
+            (lambda f, c: None, TypeError, r"factor_transforms\[1\]` \(<lambda>\).*returned None"),
+            (lambda f, c: tf.fill(tf.shape(f), "x"), TypeError, "returned dtype string"),
+            (lambda f, c: object(), TypeError, "returned object, not a tensor"),
+        ]
+        for transform, error, message in cases:
+            with self.assertRaisesRegex(error, message):
+                step(transform)
+        # Same number of elements: reshaped; float64 and bool are cast.
+        plain = step(lambda f, c: f)
+        self.assertAllClose(step(lambda f, c: tf.reshape(f, c.variable.shape)), plain)
+        self.assertAllClose(step(lambda f, c: tf.cast(f, tf.float64)), plain)
+        self.assertAllClose(
+            step(lambda f, c: tf.ones_like(f) > 0), [[3.0, 6.0], [9.0, 12.0], [15.0, 18.0]]
+        )
+
+    def test_a_non_finite_transformed_factor_warns_once(self):
+        """A transform that returns NaN on finite sums makes the update NaN (the caller's
+        arithmetic, passed through): the step logs one warning naming `factor_transforms`;
+        a finite transform logs none."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            w = tf.Variable(tf.zeros([4]))
+
+        def run(transform):
+            with strategy.scope():
+                aggregator = vrgd_tf.GSNRAggregator(factor_transforms=[transform])
+                aggregator.build([w])
+
+            @tf.function
+            def step():
+                def fn():
+                    rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                    return aggregator([tf.range(4.0) * tf.cast(rid + 1, tf.float32)], [w])[0]
+
+                return strategy.experimental_local_results(strategy.run(fn))[0]
+
+            with self.assertLogs("vrgd_tf", "WARNING") as logs:
+                out = [step().numpy() for _ in range(2)]
+                logging.getLogger("vrgd_tf").warning("end")
+            return out, [m for m in logs.output if "factor_transforms" in m]
+
+        out, messages = run(lambda f, c: tf.math.log(f - 1.0))  # log(0) and log(< 0)
+        self.assertFalse(np.isfinite(out[0]).all())
+        (message,) = messages
+        self.assertIn("NaN or infinite", message)
+        out, messages = run(lambda f, c: f * 0.5)
+        self.assertTrue(np.isfinite(out[0]).all())
+        self.assertEqual(messages, [])
+
+    def test_a_transform_of_the_wrong_arity_is_refused_at_construction(self):
+        with self.assertRaisesRegex(
+            TypeError, r"factor_transforms\[1\]` \(<lambda>\) must take two positional.*\(f\)"
+        ):
+            vrgd_tf.VRGDLamb(learning_rate=0.1, factor_transforms=[lambda f, c: f, lambda f: f])
+        with self.assertRaisesRegex(TypeError, "factor_transforms.*two positional"):
+            vrgd_tf.GSNRAggregator(factor_transforms=lambda f, c, extra: f)
+
+        class Halve:
+            def __call__(self, factor, context):
+                return factor * 0.5
+
+        fine = [
+            lambda f, c, extra=1: f,
+            lambda *args: args[0],
+            Halve(),
+            functools.partial(lambda s, f, c: f, 1),
+        ]
+        self.assertLen(vrgd_tf.GSNRAggregator(factor_transforms=fine).factor_transforms, 4)
+
+    def test_saving_warns_that_the_transforms_are_left_out_and_the_resume_path_works(self):
+        """``model.save`` of a VRGD optimizer with transforms logs once that its config
+        leaves them out (``load_model`` gives an optimizer without them); the resume path
+        the warning names (the same transforms, ``build``, ``load_weights`` of the
+        ``.keras`` file) restores every optimizer variable exactly."""
+
+        def halve(factor, context):
+            return factor * 0.5
+
+        def make(transforms):
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            optimizer = vrgd_tf.VRGDLamb(1e-2, factor_transforms=transforms)
+            model.compile(optimizer=optimizer, loss="mse")
+            return model
+
+        model = make([halve])
+        x, y = np.ones([8, 3], np.float32), np.zeros([8, 2], np.float32)
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        path = os.path.join(self.get_temp_dir(), "m.keras")
+        with self.assertLogs("vrgd_tf", "WARNING") as logs:
+            model.save(path)
+            model.optimizer.get_config()  # once per optimizer
+            logging.getLogger("vrgd_tf").warning("end")
+        (message,) = [m for m in logs.output if "leaves out" in m]
+        self.assertRegex(message, r"VRGDLamb: .*`factor_transforms\[0\]` \(halve\).*load_weights")
+        self.assertEqual(keras.models.load_model(path).optimizer.factor_transforms, ())
+        resumed = make([halve])
+        resumed.optimizer.build(resumed.trainable_variables)
+        resumed.load_weights(path)
+        self.assertEqual(resumed.optimizer.factor_transforms, (halve,))
+        for want, got in zip(model.optimizer.variables, resumed.optimizer.variables):
+            self.assertAllEqual(want.numpy(), got.numpy())
+        with self.assertLogs("vrgd_tf", "WARNING") as logs:
+            vrgd_tf.GSNRAggregator(factor_transforms=[halve]).get_config()
+        self.assertRegex(logs.output[0], r"gsnr_aggregator: .*leaves out .*\(halve\)")
 
     def test_not_callable_is_refused_at_construction(self):
         with self.assertRaisesRegex(TypeError, "factor_transforms"):

@@ -172,6 +172,12 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
             opt.apply_grouped_gradients([(tf.ones(2), v)], [], num_groups=2)
         with self.assertRaisesRegex(ValueError, "num_groups"):
             opt.apply_grouped_gradients([(tf.ones(2), v)], [tf.ones(2)], num_groups=0)
+        # Squares of another size, or none, for a gradient: named (was a shape error of Sub).
+        with self.assertRaisesRegex(ValueError, r"`sq_sums\[0\]`.* shape \[2\]; got shape \[3\]"):
+            opt.apply_grouped_gradients([(tf.ones(2), v)], [tf.ones(3)], num_groups=2)
+        with self.assertRaisesRegex(ValueError, r"`sq_sums\[0\]`.*; got None"):
+            opt.apply_grouped_gradients([(tf.ones(2), v)], [None], num_groups=2)
+        opt.apply_grouped_gradients([(tf.ones(2), v)], [tf.ones([2, 1])], num_groups=2)
 
     def test_step_takes_the_groups_as_one_record_or_the_alias_keywords(self):
         """``variance_reduce(squares=GroupSquares(sq_sums, m))`` on one device is the GSNR of

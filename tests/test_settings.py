@@ -35,8 +35,12 @@ class SettingsTest(tf.test.TestCase):
                 split_half=False,
             ),
         )
-        s = settings.VRGDSettings(gamma=1, factor_transforms=abs)
-        self.assertEqual((type(s.gamma), s.factor_transforms), (float, (abs,)))
+        # The settings the step's record shares have the step's defaults (written once).
+        step = vrgd_tf.gsnr.GSNROptions()
+        for name in ("gamma", "beta_3", "squares_dtype", "factor_transforms"):
+            self.assertEqual(getattr(settings.DEFAULTS, name), getattr(step, name), name)
+        s = settings.VRGDSettings(gamma=1, factor_transforms=tf.math.multiply)
+        self.assertEqual((type(s.gamma), s.factor_transforms), (float, (tf.math.multiply,)))
         for bad, error, text in (
             (dict(gamma=0.0), ValueError, "`gamma` must be in"),
             (dict(beta_3=1.0), ValueError, "`beta_3` must be in"),
@@ -52,6 +56,9 @@ class SettingsTest(tf.test.TestCase):
             settings.DEFAULTS.replace(gama=0.2)
         with self.assertRaisesRegex(ValueError, r"^a\.b\.gamma: `gamma` must be in"):
             settings.check_values({"gamma": 2.0}, prefix="a.b")
+        # A check across settings names the config path too.
+        with self.assertRaisesRegex(ValueError, r"^a\.b: `split_half=True` needs recording"):
+            settings.check_values({"split_half": True, "statistics_interval": 0}, prefix="a.b")
 
     def test_every_class_derives_its_signature_doc_attributes_and_config(self):
         classes = keras3_classes()

@@ -4,6 +4,8 @@ all-reduce, the recorded values against the NumPy reference (XLA and not), real 
 fits on pure noise (near 0) and on a fixed signal-to-noise pattern (near 1) in both
 families and with the standalone aggregator, and what stays out of the saved state."""
 
+import logging
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -236,6 +238,39 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
         )
         self.assertAllEqual(state.split_half[0].numpy(), [0.0, 0.0, 0.0, 0.0])
         self.assertGreater(state.statistics[0].numpy()[3], 0.0)  # the step had a GSNR
+
+
+class TooFewSamplesWarningTest(tf.test.TestCase):
+    def test_warns_once_where_the_halves_cannot_be_formed(self):
+        """`split_half=True` on 2 replicas of one group (k_A = 1) or on one replica of 4
+        groups (no split) logs one warning naming the setting and the fix; 2 replicas of 2
+        groups measure it and do not warn."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            variable = tf.Variable(tf.zeros([5]))
+
+        def run(num_groups, on_strategy):
+            with (strategy if on_strategy else tf.distribute.get_strategy()).scope():
+                aggregator = vrgd_tf.GSNRAggregator(split_half=True)
+                aggregator.build([variable])
+
+            def fn():
+                ctx = tf.distribute.get_replica_context()
+                g = tf.range(5.0) * tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32)
+                squares = None if num_groups == 1 else [g * g * 0.5]
+                return aggregator([g], [variable], sq_sums=squares, num_groups=num_groups)
+
+            with self.assertLogs("vrgd_tf", "WARNING") as logs:
+                for _ in range(2):
+                    (strategy.run if on_strategy else lambda f: f())(fn)
+                logging.getLogger("vrgd_tf").warning("end")
+            return [m for m in logs.output if "split_half=True" in m]
+
+        for groups, on_strategy in ((1, True), (4, False)):
+            (message,) = run(groups, on_strategy)
+            self.assertRegex(message, r"cannot measure the split-half reliability.*>= 4 replicas")
+            self.assertIn("split_half=False", message)
+        self.assertEqual(run(2, True), [])
 
 
 # --- real fits on 8 replicas -----------------------------------------------------------------

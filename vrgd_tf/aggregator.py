@@ -385,6 +385,19 @@ class GSNRAggregator(tf.Module):
     def _report(self, report) -> None:
         """Turns the step's :class:`vrgd_tf.gsnr.StepReport` into warnings, each once."""
         self._num_samples = report.num_samples
+        if self.split_half and not report.split_half_measured:
+            self._warn_once(
+                "split_half",
+                "%s: `split_half=True`, but a step of %s GSNR samples (replicas x "
+                "micro-batch groups) cannot measure the split-half reliability: it needs two "
+                "halves of >= 2 samples each, split by replica (>= 4 replicas, or >= 2 "
+                "replicas with >= 2 micro-batch groups each: `vrgd_tf.use_micro_batches`), "
+                "and a dense gradient (sparse gradients on the exact rows path are not "
+                "measured). `reliability` stays undefined (`reliability_defined` False, NaN "
+                "in the logs). Train on more replicas or groups, or set `split_half=False`.",
+                self._owner,
+                report.num_samples,
+            )
         if report.num_samples == 1:
             self._warn_once(
                 "single",
@@ -397,6 +410,19 @@ class GSNRAggregator(tf.Module):
             return
         self._warn_from_step(report.inert, "inert", self._log_inert)
         self._warn_from_step(report.too_few_samples, "too_few", self._log_too_few_samples)
+        self._warn_from_step(
+            report.transforms_not_finite, "transforms", self._log_transforms_not_finite
+        )
+
+    def _log_transforms_not_finite(self) -> None:
+        self._warn_once(
+            "transforms",
+            "%s: a factor returned by `factor_transforms` was NaN or infinite in a step whose "
+            "summed gradients were finite, so the update is not finite either. Check the "
+            "transforms (e.g. divide with `tf.math.divide_no_nan`, guard norms that can be "
+            "0); VRGD's own factor is always in [gamma, 1].",
+            self._owner,
+        )
 
     def _log_inert(self) -> None:
         self._warn_once(
@@ -488,10 +514,33 @@ class GSNRAggregator(tf.Module):
     def get_config(self) -> dict:
         """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`),
         ``sparse_statistics`` and ``name``: the constructor's serializable arguments
-        (:meth:`from_config` inverts it)."""
+        (:meth:`from_config` inverts it). With ``factor_transforms``, which it leaves out,
+        the first call logs a warning (:meth:`settings_config`)."""
         return dict(
-            self.settings.get_config(), sparse_statistics=self.sparse_statistics, name=self.name
+            self.settings_config(), sparse_statistics=self.sparse_statistics, name=self.name
         )
+
+    def settings_config(self) -> dict:
+        """``settings.get_config()`` (what the VRGD classes' ``get_config`` adds to the
+        base's); the first call with ``factor_transforms`` logs that the config leaves them
+        out, so that an object made from it (``from_config``, ``keras.models.load_model``)
+        steps without them, and how to resume with them."""
+        if self.factor_transforms:
+            self._warn_once(
+                "unsaved_transforms",
+                "%s: the config (`get_config`: `model.save`, `from_config`) leaves out %s: "
+                "callables do not serialize, so an optimizer (or aggregator) made from it, "
+                "e.g. by `keras.models.load_model`, steps without them. To resume with them, "
+                "build the model and the optimizer again with the same `factor_transforms`, "
+                "call `optimizer.build(model.trainable_variables)` and restore the weights "
+                "and the optimizer's state (`model.load_weights` of the `.keras` file, or a "
+                "`tf.train.Checkpoint`).",
+                self._owner,
+                ", ".join(
+                    gsnr.options.transform_label(i, f) for i, f in enumerate(self.factor_transforms)
+                ),
+            )
+        return self.settings.get_config()
 
     @classmethod
     def from_config(cls, config: dict) -> "GSNRAggregator":

@@ -287,7 +287,7 @@ class VRGDCommon:
         for arg in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
             if arg in params and arg not in config:
                 config[arg] = getattr(self, arg, None)
-        config.update(self._vrgd.settings.get_config())
+        config.update(self._vrgd.settings_config())
         return config
 
     def _vrgd_add_variables(self, variables) -> None:

@@ -45,6 +45,11 @@ def _check_split_half(split_half) -> bool:
     return split_half
 
 
+#: The step's own defaults (:class:`vrgd_tf.gsnr.GSNROptions`): the settings the two records
+#: share take their defaults from it, so each default is written once.
+_STEP_DEFAULTS = gsnr.GSNROptions()
+
+
 def _setting(default, check: Callable[[Any], Any], doc: str, serialized: bool = True):
     """A :class:`VRGDSettings` field: its default, its check (value -> normalised value,
     raising ``TypeError``/``ValueError`` that names the argument), its doc paragraph (without
@@ -64,13 +69,13 @@ class VRGDSettings:
     """
 
     gamma: float = _setting(
-        0.1,
+        _STEP_DEFAULTS.gamma,
         gsnr.validate_gamma,
         "float in (0, 1], lower bound of the per-element factor (eq. 9). ``gamma=1`` with "
         "``beta_3=0`` reproduces the base optimizer exactly.",
     )
     beta_3: float = _setting(
-        0.0,
+        _STEP_DEFAULTS.beta_3,
         gsnr.validate_beta_3,
         "float in [0, 1), decay of the factor's momentum with bias correction (Section "
         "4.2; *our reading*); 0 uses the raw per-step factor. The paper's VR-Adam and "
@@ -86,7 +91,7 @@ class VRGDSettings:
         "divisor of ``trainer.steps_per_loop``).",
     )
     squares_dtype: str = _setting(
-        "float32",
+        _STEP_DEFAULTS.squares_dtype,
         gsnr.validate_squares_dtype,
         '``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are all-reduced '
         "in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per parameter, "
@@ -100,7 +105,8 @@ class VRGDSettings:
         "(``vrgd_statistics()`` fields ``reliability``, ``reliability_defined``...; headline "
         "``vrgd/median/reliability``; ``docs/spec.md`` section 4): near 0 when the GSNR the "
         "factor acts on is noise, near 1 when it is a stable property of the elements. It "
-        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups) and "
+        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups; with "
+        "fewer it stays undefined and the first step warns once) and "
         "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
         "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step's "
         "first all-reduce. It changes no gradient, factor or weight: outside XLA the "
@@ -109,13 +115,17 @@ class VRGDSettings:
         "differently in its last bits (within 1e-6 relative).",
     )
     factor_transforms: tuple = _setting(
-        (),
+        _STEP_DEFAULTS.factor_transforms,
         gsnr.validate_factor_transforms,
         "sequence of callables ``fn(factor, context) -> factor`` applied in order to each "
         "variable's flat float32 factor, after any smoothing and before it multiplies the "
         "summed gradient (research and custom rules; ``context`` is a "
         ":class:`vrgd_tf.gsnr.FactorContext`; example: :class:`vrgd_tf.GSNRAggregator`). "
-        "Not a config key (callables do not serialize): pass them again on restore.",
+        "Each must take two positional arguments (checked at construction) and return one "
+        "real value per element of the factor (checked when the step is traced: "
+        "``TypeError``/``ValueError`` naming it). "
+        "Not a config key (callables do not serialize; the first ``get_config`` warns): pass "
+        "them again on restore (``docs/guide.md``, saving).",
         serialized=False,
     )
 
@@ -226,7 +236,7 @@ def check_values(values: Mapping[str, Any], prefix: str = "") -> VRGDSettings:
 
     Raises:
       TypeError, ValueError: as the setting's check, the message starting with
-        ``"{prefix}.{name}: "``.
+        ``"{prefix}.{name}: "``; a check across settings with ``"{prefix}: "``.
     """
     get = values.get if isinstance(values, Mapping) else lambda k, d: getattr(values, k, d)
     checked = {}
@@ -237,7 +247,10 @@ def check_values(values: Mapping[str, Any], prefix: str = "") -> VRGDSettings:
             checked[f.name] = f.metadata["check"](get(f.name, f.default))
         except (TypeError, ValueError) as e:
             raise type(e)(f"{prefix}.{f.name}: {e}" if prefix else str(e)) from e
-    return VRGDSettings(**checked)
+    try:
+        return VRGDSettings(**checked)
+    except ValueError as e:  # a check across settings (split_half and statistics_interval)
+        raise ValueError(f"{prefix}: {e}" if prefix else str(e)) from e
 
 
 def config_fields(defaults: VRGDSettings) -> List[Tuple[str, type, Any]]:

@@ -449,7 +449,8 @@ class _GSNRLoggerMixin:
     Raises:
       ValueError: at construction, ``keys`` empty or with a tag not in
         :data:`HEADLINE_TAGS`; when ``fit`` starts, the optimizer's ``statistics_interval``
-        is 0 (it records nothing).
+        is 0 (it records nothing), or ``keys`` include :data:`RELIABILITY_TAG` and the
+        optimizer has ``split_half=False`` (it measures none).
       TypeError: when ``fit`` starts, the model's optimizer is not a VRGD optimizer (or a
         loss-scale wrapper around one).
     """
@@ -481,6 +482,13 @@ class _GSNRLoggerMixin:
             )
         if self._default_keys:
             self.keys = FIT_LOG_TAGS + ((RELIABILITY_TAG,) if optimizer.split_half else ())
+        elif RELIABILITY_TAG in self.keys and not optimizer.split_half:
+            raise ValueError(
+                f"{type(self).__name__}: `keys` include {RELIABILITY_TAG!r}, but the "
+                "optimizer has `split_half=False`, so it measures no reliability (the column "
+                "would read NaN). Construct the optimizer with `split_half=True`, or leave "
+                "that tag out of `keys`."
+            )
         self._clock = _StepClock(optimizer.statistics_interval)
         self._clock.sync(_iterations(optimizer))
         self._read(optimizer)

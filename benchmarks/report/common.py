@@ -10,13 +10,12 @@ import os
 import harness  # noqa: F401  (puts studies/ on sys.path for shared)
 
 # isort: split
+from shared import PAIR_LABEL, ReportContext, load_average  # noqa: F401  (PAIR_LABEL: the sections')
 from shared import load_json as load  # noqa: F401  (the sections' name for it)
-from shared import load_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 
-PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
 VARIANT_LABEL = {
     "base": "base X",
     "base_allreduce": "X summed by ReplicaContext.all_reduce (tf_keras only)",
@@ -29,35 +28,20 @@ VARIANT_LABEL = {
 
 
 @dataclasses.dataclass
-class Context:
-    """What one rendering of the cost report shares between its sections.
+class Context(ReportContext):
+    """What one rendering of the cost report shares between its sections: the fields of
+    ``studies/shared.py``'s ``ReportContext`` (results from ``benchmarks/results``), and
 
     Attributes:
-      inputs: ``{stem: loaded JSON or None}`` of the results files (``"overhead"``,
-        ``"groups"``, ``"loopback"``, ...); see :meth:`result`.
-      quick: rendering the ``--quick`` results.
-      out_md: path of the Markdown being written.
-      img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
       headline_ov: filled by the overhead section (step-time ratios) for the summary and
         the README block.
       readme_lines: further Markdown lines for the README block, from any section.
     """
 
-    inputs: dict
-    quick: bool
-    out_md: str
-    img_dir: str
-    img_rel: str
+    RESULTS = RESULTS
+
     headline_ov: list = dataclasses.field(default_factory=list)
     readme_lines: list = dataclasses.field(default_factory=list)
-
-    def result(self, stem):
-        """The JSON of ``stem`` given on the command line, else
-        ``benchmarks/results/<stem>.json`` (``<stem>_quick.json`` with ``--quick``), or None
-        if there is no such file."""
-        if stem not in self.inputs:
-            self.inputs[stem] = load_result(RESULTS, stem, self.quick)
-        return self.inputs[stem]
 
 
 def pyplot():

@@ -7,7 +7,7 @@ import os
 
 from absl import flags
 
-from report.common import PAIR_LABEL, RESULTS, VARIANT_LABEL, load
+from report.common import PAIR_LABEL, RESULTS, VARIANT_LABEL, load, load_average
 
 flags.DEFINE_string(
     "overhead_sparse",
@@ -33,7 +33,7 @@ def render(ctx, lines):
         f"Command: `{sp['command']}`  ",
         f"Status: {'complete' if sp.get('complete') else '**partial**'}; wall time "
         f"{sp.get('elapsed_s', 0) / 60:.1f} min; load average at the start "
-        f"{sp.get('environment', {}).get('loadavg_at_start')}.",
+        f"{load_average(sp.get('environment'))}.",
         "",
         "Method as in the overhead section (variants side by side in one process, ratios "
         "within a repetition; peak memory VmHWM of one subprocess per variant and "

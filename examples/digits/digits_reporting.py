@@ -318,7 +318,8 @@ def print_report(results: DemoResults, header: str) -> None:
                     if row.get("reliability_defined")
                 )
                 print(
-                    f"{r.name}: split-half reliability of the GSNR (0 noise, 1 stable), "
+                    f"{r.name}: split-half reliability of the GSNR (near 0: noise, near 1: "
+                    "stable, below 0: the halves disagree), "
                     f"median over variables {reliability:.2f}: {per}"
                 )
     print(

@@ -24,6 +24,25 @@ class SharedNamesTest(tf.test.TestCase):
         ):
             self.assertIs(getattr(studylib, name), getattr(shared, name), name)
 
+    def test_one_run_record(self):
+        import provenance
+
+        # The studies' and the benchmarks' command and environment are shared's.
+        self.assertIs(provenance.environment, shared.environment)
+        self.assertIs(provenance.command_line, shared.command_line)
+        env = shared.environment("vrgd_tf")
+        self.assertEqual(
+            list(env),
+            ["python", "tensorflow", "keras", "numpy", "scipy", "vrgd_tf"]
+            + ["platform", "host", "cpu_count", "loadavg"],
+        )
+        self.assertEqual(env["vrgd_tf"], shared.dist_version("vrgd_tf"))
+        self.assertIsNone(shared.dist_version("no-such-distribution-here"))
+        # Files written before the records were one say loadavg_at_start.
+        self.assertEqual(shared.load_average({"loadavg_at_start": [1.0]}), [1.0])
+        self.assertEqual(shared.load_average({"loadavg": [2.0]}), [2.0])
+        self.assertIsNone(shared.load_average(None))
+
     def test_the_four_pairs_and_an_unknown_one(self):
         import keras
 

@@ -13,7 +13,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from vrgd_tf import naming
 from vrgd_tf.gsnr import reductions
+from vrgd_tf.gsnr.options import transform_label
 
 __all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
 
@@ -103,8 +105,36 @@ class FactorContext(NamedTuple):
 
 def transform(transforms, applied, context: FactorContext) -> tf.Tensor:
     """``applied`` (float32 ``[size]``) after each of ``transforms`` in order; each result
-    is cast to float32 and reshaped to ``[size]``."""
+    is cast to float32 and reshaped to ``[size]``.
+
+    Raises (at trace time, naming ``factor_transforms[i]``, the function and the variable):
+      TypeError: a transform returned None or a tensor that is not real numbers (float, int
+        or bool).
+      ValueError: a transform returned a static number of elements other than ``size``
+        (e.g. a scalar: ``tf.fill(tf.shape(factor), value)`` gives one value per element).
+    """
     size = applied.shape.num_elements()
-    for fn in transforms:
-        applied = tf.reshape(tf.cast(fn(applied, context), tf.float32), [size])
+    for i, fn in enumerate(transforms):
+        applied = _checked(fn(applied, context), size, i, fn, context)
     return applied
+
+
+def _checked(out, size: int, i: int, fn, context: FactorContext) -> tf.Tensor:
+    """One transform's result as float32 ``[size]``, or the error naming it (see
+    :func:`transform`)."""
+    where = f"{transform_label(i, fn)} for variable {naming.variable_name(context.variable)!r}"
+    want = f"it must return the factor, float32 of shape [{size}] (one value per element)"
+    if out is None:
+        raise TypeError(f"{where} returned None; {want}.")
+    try:
+        out = tf.convert_to_tensor(out)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where} returned {type(out).__name__}, not a tensor; {want}.") from e
+    if not (out.dtype.is_floating or out.dtype.is_integer or out.dtype == tf.bool):
+        raise TypeError(f"{where} returned dtype {out.dtype.name}; {want}.")
+    if out.shape.is_fully_defined() and out.shape.num_elements() != size:
+        raise ValueError(
+            f"{where} returned shape {out.shape.as_list()}; {want}. For one number per "
+            "variable, return `tf.fill(tf.shape(factor), value)`."
+        )
+    return tf.reshape(tf.cast(out, tf.float32), [size])

@@ -6,6 +6,7 @@ once, by :class:`vrgd_tf.GSNRAggregator` at construction or by a direct call of
 """
 
 import dataclasses
+import inspect
 import numbers
 from typing import Callable, Mapping, Tuple
 
@@ -102,7 +103,8 @@ def validate_factor_transforms(factor_transforms) -> tuple:
     """``factor_transforms`` as a tuple of callables; None or empty gives ``()``.
 
     Raises:
-      TypeError: not a sequence of callables (the message names the argument).
+      TypeError: not a sequence of callables, or a callable that does not take two
+        positional arguments ``(factor, context)`` (the message names the argument).
     """
     if factor_transforms is None:
         return ()
@@ -118,7 +120,37 @@ def validate_factor_transforms(factor_transforms) -> tuple:
             "`fn(factor, context) -> factor`; got "
             f"{factor_transforms!r}."
         )
+    for i, fn in enumerate(transforms):
+        signature = _signature(fn)
+        if signature is not None and not _binds(signature, 2):
+            raise TypeError(
+                f"{transform_label(i, fn)} must take two positional arguments "
+                "`(factor, context)` (context: a vrgd_tf.gsnr.FactorContext); its signature "
+                f"is {signature}."
+            )
     return transforms
+
+
+def transform_label(index: int, fn) -> str:
+    """How messages name a factor transform: ``"`factor_transforms[i]` (its name)"``."""
+    return f"`factor_transforms[{index}]` ({getattr(fn, '__name__', type(fn).__name__)})"
+
+
+def _signature(fn):
+    """``inspect.signature(fn)``, or None where it cannot be read (some builtins)."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _binds(signature, count: int) -> bool:
+    """Whether ``signature`` accepts ``count`` positional arguments."""
+    try:
+        signature.bind(*([None] * count))
+    except TypeError:
+        return False
+    return True
 
 
 def validate_squares_dtype(squares_dtype):

@@ -9,8 +9,10 @@ warnings.
 
 from typing import List, Mapping, NamedTuple, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
+from vrgd_tf import naming
 from vrgd_tf.gsnr import collectives, halves, smoothing, sparse
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
@@ -39,6 +41,11 @@ class StepReport(NamedTuple):
       inert: scalar bool tensor: a finite step with a GSNR in which no element of any
         variable had a defined one (every replica sent the same or an all-zero gradient):
         the step was the base optimizer's. False on a one-sample step.
+      split_half_measured: Python bool, whether the step carries the split-half subsample
+        (``split_half_stride > 0``, two halves of >= 2 samples each and an all-reduced
+        variable: ``vrgd_tf.gsnr.halves.plan``). False on a one-sample step.
+      transforms_finite: True (no ``factor_transforms``, or a one-sample step), or a scalar
+        bool tensor: whether every factor the transforms returned was finite.
     """
 
     num_samples: int
@@ -46,6 +53,17 @@ class StepReport(NamedTuple):
     active: object
     finite: Optional[tf.Tensor]
     inert: object
+    split_half_measured: bool = False
+    transforms_finite: object = True
+
+    @property
+    def transforms_not_finite(self):
+        """A scalar bool tensor (False without transforms), True on a finite step in which
+        some factor the ``factor_transforms`` returned was NaN or infinite (the output is
+        then too)."""
+        if self.transforms_finite is True or self.finite is None:
+            return False
+        return tf.logical_and(self.finite, tf.logical_not(self.transforms_finite))
 
     @property
     def too_few_samples(self):
@@ -82,7 +100,7 @@ def _group_squares(squares, keywords) -> GroupSquares:
     return squares
 
 
-def _checked_context(grads, squares, replica_context):
+def _checked_context(grads, variables, squares, replica_context):
     """The replica context; the one check per step of the context and of ``squares``
     (``num_groups``, ``sq_sums``)."""
     ctx = replica_context or tf.distribute.get_replica_context()
@@ -105,7 +123,26 @@ def _checked_context(grads, squares, replica_context):
             f"`sq_sums` must hold one tensor per gradient, in their order: got {got} for "
             f"{len(grads)} gradients (GroupSquares.in_order orders a mapping)."
         )
+    if sq_sums is not None:
+        _check_sq_sums(sq_sums, variables)
     return ctx
+
+
+def _check_sq_sums(sq_sums, variables) -> None:
+    """ValueError naming ``sq_sums[i]`` if it is None or its static number of elements is
+    not its variable's (the step flattens it)."""
+    for i, (q, v) in enumerate(zip(sq_sums, variables)):
+        shape = None if q is None else tf.TensorShape(getattr(q, "shape", np.shape(q)))
+        want = tf.TensorShape(v.shape)
+        if shape is None or (
+            shape.is_fully_defined() and shape.num_elements() != want.num_elements()
+        ):
+            raise ValueError(
+                f"`sq_sums[{i}]` must be this replica's sum over its micro-batch groups of "
+                f"the squared gradients of variable {naming.variable_name(v)!r}, of its "
+                f"shape {want.as_list()}; got "
+                f"{'None' if shape is None else f'shape {shape.as_list()}'}."
+            )
 
 
 def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
@@ -147,13 +184,14 @@ def _factors(layout, summed, options) -> List[factors_lib.Factor]:
     return out
 
 
-def _report(layout, summed, raw) -> StepReport:
-    """The :class:`StepReport` of a step with a layout, from its sums and raw factors."""
+def _report(layout, summed, raw, plan) -> StepReport:
+    """The :class:`StepReport` of a step with a layout, from its sums, raw factors and
+    split-half plan."""
     active = summed.count >= 2.0
     finite = tf.reduce_all([f.finite for f in raw])
     no_defined = tf.equal(tf.add_n([f.num_defined for f in raw]), 0.0)
     inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
-    return StepReport(layout.num_samples, summed.count, active, finite, inert)
+    return StepReport(layout.num_samples, summed.count, active, finite, inert, plan is not None)
 
 
 def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
@@ -187,6 +225,14 @@ def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
         )
         out.append(factors_lib.transform(options.factor_transforms, a, context))
     return factors._replace(applied=out)
+
+
+def _with_transforms_finite(report, factors, options) -> StepReport:
+    """``report`` with ``transforms_finite`` of the transformed factors (with transforms)."""
+    if not options.factor_transforms:
+        return report
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(a)) for a in factors.applied])
+    return report._replace(transforms_finite=finite)
 
 
 def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor:
@@ -342,7 +388,7 @@ def variance_reduce(
     options = GSNROptions.from_keywords(options)
     grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
     variables = list(variables)
-    ctx = _checked_context(grads, squares, replica_context)
+    ctx = _checked_context(grads, variables, squares, replica_context)
     num_samples = ctx.num_replicas_in_sync * squares.num_groups
     if num_samples == 1 or not grads:
         return _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples)
@@ -360,8 +406,9 @@ def variance_reduce(
     reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
     raw = _factors(layout, summed, options)
-    report = _report(layout, summed, raw)
+    report = _report(layout, summed, raw, plan)
     factors = _smoothed(layout, state, summed, raw, report, options)
     factors = _transformed(layout, summed, factors, variables, options, step)
+    report = _with_transforms_finite(report, factors, options)
     _record(layout, state, summed, plan, factors, report, record_statistics, options)
     return ReducedGradients(_outputs(layout, summed, factors.applied), report)

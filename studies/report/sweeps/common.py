@@ -9,46 +9,30 @@ import math
 import os
 
 import numpy as np
+from shared import PAIR_LABEL, ReportContext, load_average  # noqa: F401  (PAIR_LABEL: the sections')
 from shared import load_json as load  # noqa: F401  (the sections' name for it)
-from shared import load_result
 
 STUDIES = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPO = os.path.dirname(STUDIES)
 RESULTS = os.path.join(STUDIES, "sweeps", "results")
 
-PAIR_LABEL = {"momentum": "Momentum", "adam": "Adam", "lamb": "LAMB", "lars": "LARS"}
 VR_LABEL = {"momentum": "VR-Momentum", "adam": "VR-Adam", "lamb": "VR-LAMB", "lars": "VR-LARS"}
 
 
 @dataclasses.dataclass
-class Context:
-    """What one rendering of the sweeps' block shares between its sections.
+class Context(ReportContext):
+    """What one rendering of the sweeps' block shares between its sections: the fields of
+    ``studies/shared.py``'s ``ReportContext`` (results from ``studies/sweeps/results``), and
 
     Attributes:
-      inputs: ``{stem: loaded JSON or None}`` of the results files (``"sweep"``,
-        ``"bert_mlm"``, ...); see :meth:`result`.
-      quick: rendering the ``--quick`` results.
-      out_md: path of the Markdown being written.
-      img_dir: directory the PNGs go to; ``img_rel`` is it relative to ``out_md``.
       headline, bert_headline: filled by the sweep and BERT sections for the block's
         summary.
     """
 
-    inputs: dict
-    quick: bool
-    out_md: str
-    img_dir: str
-    img_rel: str
+    RESULTS = RESULTS
+
     headline: list = dataclasses.field(default_factory=list)
     bert_headline: list = dataclasses.field(default_factory=list)
-
-    def result(self, stem):
-        """The JSON of ``stem`` given on the command line, else
-        ``studies/sweeps/results/<stem>.json`` (``<stem>_quick.json`` with ``--quick``), or None
-        if there is no such file."""
-        if stem not in self.inputs:
-            self.inputs[stem] = load_result(RESULTS, stem, self.quick)
-        return self.inputs[stem]
 
 
 def pct(x, digits=2):

@@ -4,7 +4,7 @@ line and the main plots. The sections fill ``ctx.headline`` and ``ctx.bert_headl
 
 import os
 
-from report.sweeps.common import PAIR_LABEL, VR_LABEL, pm, verdict
+from report.sweeps.common import PAIR_LABEL, VR_LABEL, load_average, pm, verdict
 
 HEADING = "## Earlier sweeps at a glance (MNIST-1D, digits, BERT-tiny)"
 _IMAGES = (
@@ -16,7 +16,7 @@ _IMAGES = (
 def _machine(docs, quick):
     """The render command and the machine the runs were made on."""
     env = next((d.get("environment", {}) for d in docs if d.get("environment")), {})
-    load = env.get("loadavg_at_start", env.get("loadavg"))
+    load = load_average(env)
     return (
         f"Rendered with `python3 studies/render.py{' --quick' if quick else ''}`. Machine: "
         f"{env.get('platform')}, {env.get('cpu_count')} CPU cores, TensorFlow "
