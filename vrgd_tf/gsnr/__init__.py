@@ -33,7 +33,10 @@ The step is a composition of small stages, each a module of this package:
 * ``options``: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
   sparse_statistics), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
-  rows, sparse as dense; its sizes; its state index), built once per trace;
+  rows, sparse as dense; its sizes; its state index) and the blocks the stages work on
+  (one entry, or the small dense ones packed into one buffer), built once per trace;
+* ``packing``: the per-variable sums and values of a packed block (the unpacked values bit
+  for bit);
 * ``samples``: what this replica sends (with :class:`GroupSquares`, its micro-batch
   groups' squares), and the sums it gets back per entry;
 * ``collectives``: every collective of the step and nothing else;
@@ -49,6 +52,7 @@ The step is a composition of small stages, each a module of this package:
 from vrgd_tf.gsnr.collectives import sum_with_squares
 from vrgd_tf.gsnr.factors import FactorContext
 from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF, SPLIT_HALF_FIELDS
+from vrgd_tf.gsnr.layout import PACK_LIMIT
 from vrgd_tf.gsnr.options import (
     NOISE_RTOL,
     NOISE_RTOL_BFLOAT16,
@@ -59,6 +63,7 @@ from vrgd_tf.gsnr.options import (
     validate_beta_3,
     validate_factor_transforms,
     validate_gamma,
+    validate_pack_limit,
     validate_sparse_statistics,
     validate_split_half_stride,
     validate_squares_dtype,
@@ -81,6 +86,7 @@ __all__ = [
     "NOISE_RTOL_BFLOAT16",
     "NUM_SPLIT_HALF",
     "NUM_STATISTICS",
+    "PACK_LIMIT",
     "STATISTICS_FIELDS",
     "SPARSE_STATISTICS",
     "SPLIT_HALF_FIELDS",
@@ -101,6 +107,7 @@ __all__ = [
     "validate_beta_3",
     "validate_factor_transforms",
     "validate_gamma",
+    "validate_pack_limit",
     "validate_sparse_statistics",
     "validate_split_half_stride",
     "validate_squares_dtype",

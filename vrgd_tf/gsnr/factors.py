@@ -14,21 +14,22 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from vrgd_tf import naming
-from vrgd_tf.gsnr import reductions
+from vrgd_tf.gsnr import packing
 from vrgd_tf.gsnr.options import transform_label
 
 __all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
 
 
 class Factor(NamedTuple):
-    """One variable's raw factor and the per-variable values the diagnostics reuse.
+    """One variable's (or one packed block's) raw factor and the per-variable values the
+    diagnostics reuse.
 
     Attributes:
       factor: float32 ``[size]``, in ``[gamma, 1]``; exactly 1 where the GSNR is undefined
         and everywhere in a variable with no usable mean.
-      mean_ratio: float32 scalar, ``mean(r)`` over the elements with a defined GSNR; 0 if
-        there is none.
-      num_defined: float32 scalar, the number of those elements.
+      mean_ratio: float32 scalar (``[v]`` for a block of ``v`` packed variables),
+        ``mean(r)`` over the elements with a defined GSNR; 0 if there is none.
+      num_defined: float32, the same shape, the number of those elements.
       finite: scalar bool, whether all of ``S1`` is finite.
     """
 
@@ -48,8 +49,10 @@ def clip(x, low, high=1.0) -> tf.Tensor:
     )
 
 
-def factor(s1, s2, k, gamma, threshold) -> Factor:
-    """The factor ``clip(r / mean(r), gamma, 1)`` of one variable (eqs. 7 to 9).
+def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
+    """The factor ``clip(r / mean(r), gamma, 1)`` of one variable (eqs. 7 to 9), or of
+    each variable of a packed block (``sizes``; ``vrgd_tf.gsnr.packing``: the same values
+    bit for bit as each variable alone).
 
     Args:
       s1: float32 ``[size]``, ``S1 = sum_d x_d`` over the ``k`` samples.
@@ -59,6 +62,8 @@ def factor(s1, s2, k, gamma, threshold) -> Factor:
       threshold: float32 scalar (or Python float), ``rtol * k``: an element's GSNR is
         defined where ``S2 - S1**2 / k > threshold * S2``. ``+Inf`` makes none defined
         (factor 1 everywhere: a step without a GSNR).
+      sizes: None (one variable), or the element counts of the block's variables, in
+        the order of their elements in ``s1`` and ``s2``.
 
     Returns:
       :class:`Factor`.
@@ -69,14 +74,16 @@ def factor(s1, s2, k, gamma, threshold) -> Factor:
     # signal / noise where defined (noise > 0 there), 0 elsewhere: a division by 0 is never
     # taken (divide_no_nan gives 0), so no Inf or NaN is formed.
     ratio = tf.math.divide_no_nan(signal, tf.where(defined, noise, 0.0))
-    (num_defined, total), finite = reductions.sums(
-        [tf.cast(defined, tf.float32), ratio], finite_of=s1
+    (num_defined, total), finite = packing.sums(
+        [tf.cast(defined, tf.float32), ratio], sizes, finite_of=s1
     )
     mean_ratio = tf.math.divide_no_nan(total, num_defined)
     usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
     safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
     # Without a usable mean the clip's bounds are (1, 1): factor 1 for the whole variable.
     low = tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
+    safe_mean_ratio = packing.per_element(safe_mean_ratio, sizes)
+    low = packing.per_element(low, sizes)
     # A scalar 1.0, not ones_like: no tensor of ones is made.
     raw = tf.where(defined, clip(ratio / safe_mean_ratio, low), 1.0)
     return Factor(raw, mean_ratio, num_defined, finite)

@@ -14,17 +14,42 @@ Paths (spec sections 1 and 4):
   option ``sparse_statistics="rows"``.
 * ``SPARSE_DENSE``: any other ``tf.IndexedSlices``: the statistics of its dense form, its
   rows summed by the strategy's own sparse SUM.
+
+Blocks: every later stage works on blocks (:class:`Block`), not on entries. A block is one
+entry, or the *pack*: every ``DENSE`` entry of at most ``pack_limit`` elements (biases,
+normalisation scales, small kernels), flattened and concatenated in entry order. A stage then
+runs its element-wise ops once over the pack instead of once per small variable, and only its
+per-variable sums are taken per variable (one ``reduce_sum`` per piece of the pack, the
+same values bit for bit as on the variable alone: ``vrgd_tf.gsnr.packing``). On a CPU or GPU
+each op costs a few microseconds whatever its size, so a model of many small variables paid
+mostly for op dispatch (``docs/results.md``).
 """
 
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-__all__ = ["DENSE", "FLOAT64", "SPARSE_ROWS", "SPARSE_DENSE", "Entry", "Layout", "build_layout"]
+__all__ = [
+    "DENSE",
+    "FLOAT64",
+    "SPARSE_ROWS",
+    "SPARSE_DENSE",
+    "PACK_LIMIT",
+    "Entry",
+    "Block",
+    "Layout",
+    "build_layout",
+]
 
 DENSE, FLOAT64, SPARSE_ROWS, SPARSE_DENSE = "dense", "float64", "sparse_rows", "sparse_dense"
 #: The paths whose gradients travel in the dense all-reduce calls.
 ALL_REDUCED = (DENSE, FLOAT64, SPARSE_DENSE)
+
+#: The default ``pack_limit``: ``DENSE`` gradients of at most this many elements share one
+#: block (:class:`Block`). Below it a variable's fixed cost per op outweighs the pack's
+#: extra copy (concatenation and split, about two passes over its elements); measured in
+#: ``benchmarks/passes.py`` and ``benchmarks/overhead.py``.
+PACK_LIMIT = 16384
 
 
 class Entry(NamedTuple):
@@ -39,6 +64,8 @@ class Entry(NamedTuple):
       statistics_size: int, the elements its diagnostics count (the dense size).
       state_index: int or None, its position in :class:`vrgd_tf.gsnr.VRGDState`.
       dtype: ``tf.DType``, the gradient's (of its values, for a ``tf.IndexedSlices``).
+      block: int, the index of its :class:`Block` in ``Layout.blocks``.
+      offset: int, where its elements start in its block's flat buffer (0 unless packed).
     """
 
     position: int
@@ -48,20 +75,61 @@ class Entry(NamedTuple):
     statistics_size: int
     state_index: Optional[int]
     dtype: tf.DType
+    block: int = 0
+    offset: int = 0
+
+
+class Block(NamedTuple):
+    """The unit the stages work on: one entry, or the pack of small ``DENSE`` entries.
+
+    Attributes:
+      entries: tuple of :class:`Entry`, its variables in the order of their elements in
+        the block's flat buffer (one entry unless packed).
+    """
+
+    entries: Tuple[Entry, ...]
+
+    @property
+    def index(self) -> int:
+        """Its position in ``Layout.blocks``."""
+        return self.entries[0].block
+
+    @property
+    def path(self) -> str:
+        """The path of its entries (a pack is ``DENSE``)."""
+        return self.entries[0].path
+
+    @property
+    def packed(self) -> bool:
+        """Whether it holds more than one entry."""
+        return len(self.entries) > 1
+
+    @property
+    def sizes(self) -> Tuple[int, ...]:
+        """The elements of each entry's factor, in order."""
+        return tuple(e.size for e in self.entries)
+
+    @property
+    def size(self) -> int:
+        """The elements of its flat buffer."""
+        return sum(self.sizes)
 
 
 class Layout(NamedTuple):
-    """The entries of one step and its static sample count.
+    """The entries of one step, their blocks and its static sample count.
 
     Attributes:
       entries: tuple of :class:`Entry`, in the order of the step's gradients.
       num_replicas: int, replicas in sync.
       num_groups: int, micro-batch groups per replica.
+      blocks: tuple of :class:`Block`, every entry in exactly one, ordered by their first
+        entry's position.
     """
 
     entries: Tuple[Entry, ...]
     num_replicas: int
     num_groups: int
+    blocks: Tuple[Block, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -71,6 +139,18 @@ class Layout(NamedTuple):
     def on(self, *paths) -> Tuple[Entry, ...]:
         """The entries on any of ``paths``, in order."""
         return tuple(e for e in self.entries if e.path in paths)
+
+    def blocks_on(self, *paths) -> Tuple[Block, ...]:
+        """The blocks on any of ``paths``, in order."""
+        return tuple(b for b in self.blocks if b.path in paths)
+
+    @property
+    def block_order(self) -> Tuple[int, ...]:
+        """For each entry (in position order), its index among the entries listed block by
+        block: how per-variable rows computed block by block are put back in order."""
+        listed = [e.position for b in self.blocks for e in b.entries]
+        where = {p: i for i, p in enumerate(listed)}
+        return tuple(where[e.position] for e in self.entries)
 
 
 def rows_apply(grad, variable) -> bool:
@@ -118,6 +198,7 @@ def build_layout(
     num_groups: int,
     squares_given: bool,
     sparse_statistics: str = "rows",
+    pack_limit: int = PACK_LIMIT,
 ) -> Layout:
     """The :class:`Layout` of a step (Python, at trace time).
 
@@ -131,6 +212,8 @@ def build_layout(
         sparse gradients then take the dense statistics.
       sparse_statistics: ``"rows"`` or ``"dense"``, see
         :data:`vrgd_tf.gsnr.options.SPARSE_STATISTICS`.
+      pack_limit: int >= 0: ``DENSE`` entries of at most this many elements form one
+        block, if there are at least two of them; 0 packs none.
 
     Raises:
       ValueError: a gradient or variable without a static shape.
@@ -147,4 +230,25 @@ def build_layout(
         index = None if state is None else state.index(v)
         dtype = g.values.dtype if isinstance(g, tf.IndexedSlices) else g.dtype
         entries.append(Entry(i, path, shape, size, full, index, dtype))
-    return Layout(tuple(entries), num_replicas, num_groups)
+    return _with_blocks(entries, num_replicas, num_groups, pack_limit)
+
+
+def _with_blocks(entries, num_replicas, num_groups, pack_limit) -> Layout:
+    """The layout of ``entries`` with their blocks (see the module) and each entry's block
+    index and offset."""
+    small = [e.position for e in entries if e.path == DENSE and 0 < e.size <= pack_limit]
+    pack = set(small) if len(small) >= 2 else set()
+    groups = []
+    for e in entries:
+        if e.position in pack and e.position != small[0]:
+            continue
+        groups.append(list(small) if e.position in pack else [e.position])
+    placed = {}
+    for b, positions in enumerate(groups):
+        offset = 0
+        for p in positions:
+            placed[p] = entries[p]._replace(block=b, offset=offset)
+            offset += entries[p].size
+    entries = tuple(placed[e.position] for e in entries)
+    blocks = tuple(Block(tuple(entries[p] for p in positions)) for positions in groups)
+    return Layout(entries, num_replicas, num_groups, blocks)

@@ -13,6 +13,8 @@ from typing import Callable, Mapping, Tuple
 import numpy as np
 import tensorflow as tf
 
+from vrgd_tf.gsnr import layout as layout_lib
+
 __all__ = [
     "NOISE_RTOL",
     "NOISE_RTOL_BFLOAT16",
@@ -26,6 +28,7 @@ __all__ = [
     "validate_factor_transforms",
     "validate_sparse_statistics",
     "validate_split_half_stride",
+    "validate_pack_limit",
 ]
 
 #: Relative threshold, per replica, below which the variance across replicas counts as zero:
@@ -226,6 +229,31 @@ def validate_split_half_stride(split_half_stride) -> int:
     return int(split_half_stride)
 
 
+def validate_pack_limit(pack_limit) -> int:
+    """Checks ``pack_limit``, the largest gradient (in elements) the step packs with the
+    other small dense ones into one buffer (``vrgd_tf.gsnr.layout``).
+
+    Args:
+      pack_limit: int >= 0; 0 packs nothing. The values of the step are the same bit for
+        bit whatever it is; only its count of ops changes.
+
+    Returns:
+      The limit as an int.
+
+    Raises:
+      TypeError: not an int (bools refused).
+      ValueError: negative.
+    """
+    if isinstance(pack_limit, bool) or not isinstance(pack_limit, numbers.Integral):
+        raise TypeError(
+            f"`pack_limit` must be an int >= 0 (0 = no packing); got {pack_limit!r} of type "
+            f"{type(pack_limit).__name__}."
+        )
+    if pack_limit < 0:
+        raise ValueError(f"`pack_limit` must be an int >= 0 (0 = no packing); got {pack_limit}.")
+    return int(pack_limit)
+
+
 def noise_rtol(squares_dtype="float32") -> float:
     """The per-replica relative noise threshold for squares all-reduced in
     ``squares_dtype``: ``NOISE_RTOL`` (float32) or ``NOISE_RTOL_BFLOAT16``."""
@@ -250,6 +278,9 @@ class GSNROptions:
       split_half_stride: int >= 0, the subsample stride of the split-half reliability of
         the GSNR (:func:`validate_split_half_stride`); 0 = not measured. Default 0 (the
         aggregator sets its ``statistics_interval`` when ``split_half=True``).
+      pack_limit: int >= 0, dense gradients of at most this many elements share one
+        buffer in the step (:data:`vrgd_tf.gsnr.PACK_LIMIT`, the default): fewer
+        ops, the same values bit for bit; 0 = every gradient on its own.
 
     Raises:
       TypeError, ValueError: a field outside its range (the message names it).
@@ -261,6 +292,7 @@ class GSNROptions:
     factor_transforms: Tuple[Callable, ...] = ()
     sparse_statistics: str = "rows"
     split_half_stride: int = 0
+    pack_limit: int = layout_lib.PACK_LIMIT
 
     def __post_init__(self):
         checked = {
@@ -270,6 +302,7 @@ class GSNROptions:
             "factor_transforms": validate_factor_transforms(self.factor_transforms),
             "sparse_statistics": validate_sparse_statistics(self.sparse_statistics),
             "split_half_stride": validate_split_half_stride(self.split_half_stride),
+            "pack_limit": validate_pack_limit(self.pack_limit),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

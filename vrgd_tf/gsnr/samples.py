@@ -3,7 +3,8 @@
 Pure functions around ``vrgd_tf.gsnr.collectives``: :func:`local_samples` prepares this
 replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
 sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
-into a :class:`Summed` record, one item per entry of the :class:`~vrgd_tf.gsnr.layout.Layout`.
+into a :class:`Summed` record, one item per block of the :class:`~vrgd_tf.gsnr.layout.Layout`
+(a packed block's values are its variables' flat values concatenated).
 :class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
 Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
@@ -19,7 +20,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from vrgd_tf.gsnr import layout as layout_lib
-from vrgd_tf.gsnr import sparse
+from vrgd_tf.gsnr import packing, sparse
 
 __all__ = ["GroupSquares", "Local", "Summed", "any_nonzero", "local_samples", "assemble"]
 
@@ -59,7 +60,7 @@ class Local(NamedTuple):
     """This replica's contribution to one step.
 
     Attributes:
-      gradients: float32 flat ``[size]`` per all-reduced entry (``DENSE``, ``FLOAT64``,
+      gradients: float32 flat ``[size]`` per all-reduced block (``DENSE``, ``FLOAT64``,
         ``SPARSE_DENSE``, in layout order).
       squares: float32 flat ``[size]``, their squares or the given sums of squares.
       sparse: the ``tf.IndexedSlices`` of the ``SPARSE_DENSE`` entries (the strategy's own
@@ -81,12 +82,12 @@ class Local(NamedTuple):
 
 
 class Summed(NamedTuple):
-    """The sums over all samples, per entry of the layout (None where not applicable).
+    """The sums over all samples, per block of the layout (None where not applicable).
 
     Attributes:
-      s1: float32 flat ``[size]`` per entry, ``S1 = sum_d x_d`` (on a ``SPARSE_ROWS``
-        entry, on its slots).
-      s2: float32 flat ``[size]`` per entry, ``S2 = sum_d x_d**2``.
+      s1: float32 flat ``[size]`` per block, ``S1 = sum_d x_d`` (on a ``SPARSE_ROWS``
+        block, on its slots).
+      s2: float32 flat ``[size]`` per block, ``S2 = sum_d x_d**2``.
       rows: :class:`vrgd_tf.gsnr.sparse.SparseRows` of ``SPARSE_ROWS`` entries.
       sparse: the strategy's SUM of ``SPARSE_DENSE`` entries' ``tf.IndexedSlices``.
       wide: float64 sums of ``FLOAT64`` entries.
@@ -161,12 +162,19 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
         squared gradients (:attr:`GroupSquares.sq_sums`; then the squares are not taken
         here).
     """
-    reduced = layout.on(*layout_lib.ALL_REDUCED)
-    gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
+    reduced = layout.blocks_on(*layout_lib.ALL_REDUCED)
+    gradients = tuple(
+        packing.concat([_dense_float32(grads[e.position], e) for e in b.entries]) for b in reduced
+    )
     if sq_sums is None:
         squares = tuple(tf.square(x) for x in gradients)
     else:
-        squares = tuple(tf.reshape(tf.cast(sq_sums[e.position], tf.float32), [-1]) for e in reduced)
+        squares = tuple(
+            packing.concat(
+                [tf.reshape(tf.cast(sq_sums[e.position], tf.float32), [-1]) for e in b.entries]
+            )
+            for b in reduced
+        )
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
@@ -189,18 +197,20 @@ def assemble(layout, grads, reduced) -> Summed:
       grads: the ``n`` gradients (for the sparse rows' dtype and dense shape).
       reduced: :class:`vrgd_tf.gsnr.collectives.Reduced`.
     """
-    n = len(layout.entries)
+    n = len(layout.blocks)
     s1, s2, rows, sums, wide = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
-    all_reduced = layout.on(*layout_lib.ALL_REDUCED)
-    for e, a, b in zip(all_reduced, reduced.gradients, reduced.squares):
-        s1[e.position], s2[e.position] = a, b
-    for e, r in zip(layout.on(layout_lib.SPARSE_DENSE), reduced.sparse):
-        sums[e.position] = r
-    for e, w in zip(layout.on(layout_lib.FLOAT64), reduced.wide):
-        wide[e.position] = w
-    for e, (indices, packed) in zip(layout.on(layout_lib.SPARSE_ROWS), reduced.rows):
+    for b, a, q in zip(
+        layout.blocks_on(*layout_lib.ALL_REDUCED), reduced.gradients, reduced.squares
+    ):
+        s1[b.index], s2[b.index] = a, q
+    for b, r in zip(layout.blocks_on(layout_lib.SPARSE_DENSE), reduced.sparse):
+        sums[b.index] = r
+    for b, w in zip(layout.blocks_on(layout_lib.FLOAT64), reduced.wide):
+        wide[b.index] = w
+    for b, (indices, packed) in zip(layout.blocks_on(layout_lib.SPARSE_ROWS), reduced.rows):
+        e = b.entries[0]
         r = sparse.union_rows(grads[e.position], e.shape, indices, packed)
-        s1[e.position], s2[e.position], rows[e.position] = r.s1, r.s2, r
+        s1[b.index], s2[b.index], rows[b.index] = r.s1, r.s2, r
     return Summed(
         tuple(s1), tuple(s2), tuple(rows), tuple(sums), tuple(wide), reduced.count, reduced.half
     )

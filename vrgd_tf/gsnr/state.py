@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from vrgd_tf import naming
 from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr import packing
 from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
@@ -107,8 +108,9 @@ class VRGDState:
 
 
 class Previous(NamedTuple):
-    """The factor momentum before this step, per entry: ``deficits`` float32 ``[size]``
-    (a sparse entry's slot rows, 0 in empty slots) and ``corrections`` float32 scalars."""
+    """The factor momentum before this step, per block of the layout: ``deficits`` float32
+    ``[size]`` (a sparse entry's slot rows, 0 in empty slots; a pack's variables
+    concatenated) and ``corrections`` float32 scalars (``[v]`` for a pack)."""
 
     deficits: Tuple[tf.Tensor, ...]
     corrections: Tuple[tf.Tensor, ...]
@@ -121,16 +123,18 @@ def _gather_rows(deficit, rows) -> tf.Tensor:
 
 
 def read(layout, state, rows) -> Previous:
-    """The momentum state of every entry (``beta_3 > 0``); ``rows`` are the step's
-    :class:`vrgd_tf.gsnr.sparse.SparseRows` per entry (None on other paths)."""
-    deficits = []
-    for e, r in zip(layout.entries, rows):
-        deficit = state.deficits[e.state_index]
-        if e.path == layout_lib.SPARSE_ROWS:
-            deficits.append(_gather_rows(deficit, r))
+    """The momentum state of every block (``beta_3 > 0``); ``rows`` are the step's
+    :class:`vrgd_tf.gsnr.sparse.SparseRows` per block (None on other paths)."""
+    deficits, corrections = [], []
+    for b, r in zip(layout.blocks, rows):
+        if b.path == layout_lib.SPARSE_ROWS:
+            deficits.append(_gather_rows(state.deficits[b.entries[0].state_index], r))
         else:
-            deficits.append(tf.reshape(deficit, [-1]))
-    corrections = [tf.convert_to_tensor(state.corrections[e.state_index]) for e in layout.entries]
+            deficits.append(
+                packing.concat([tf.reshape(state.deficits[e.state_index], [-1]) for e in b.entries])
+            )
+        c = [tf.convert_to_tensor(state.corrections[e.state_index]) for e in b.entries]
+        corrections.append(tf.stack(c) if b.packed else c[0])
     return Previous(tuple(deficits), tuple(corrections))
 
 
@@ -154,7 +158,8 @@ def _update_rows(deficit, rows, new_rows, decay) -> None:
 
 
 def commit(layout, state, deficits, corrections, rows, beta_3, predicate) -> None:
-    """Writes the new momentum state (``d_t`` per entry, ``c_t``) if ``predicate``.
+    """Writes the new momentum state (``d_t`` and ``c_t`` per block, as
+    :class:`Previous` holds them) if ``predicate``.
 
     A branch, not a select between the new and the old deficit (which would keep a third
     tensor of every variable's size alive). The deficits are written before the
@@ -162,14 +167,17 @@ def commit(layout, state, deficits, corrections, rows, beta_3, predicate) -> Non
     """
 
     def store():
-        for e, r, d in zip(layout.entries, rows, deficits):
-            var = state.deficits[e.state_index]
-            if e.path == layout_lib.SPARSE_ROWS:
-                _update_rows(var, r, d, beta_3)
-            else:
-                var.assign(tf.reshape(d, var.shape))
-        for e, c in zip(layout.entries, corrections):
-            state.corrections[e.state_index].assign(c)
+        for b, r, d in zip(layout.blocks, rows, deficits):
+            if b.path == layout_lib.SPARSE_ROWS:
+                _update_rows(state.deficits[b.entries[0].state_index], r, d, beta_3)
+                continue
+            for e, piece in zip(b.entries, packing.pieces(d, b.sizes if b.packed else None)):
+                var = state.deficits[e.state_index]
+                var.assign(tf.reshape(piece, var.shape))
+        for b, c in zip(layout.blocks, corrections):
+            values = tf.unstack(c, num=len(b.entries)) if b.packed else [c]
+            for e, value in zip(b.entries, values):
+                state.corrections[e.state_index].assign(value)
         return tf.constant(True)
 
     tf.cond(predicate, store, lambda: tf.constant(False))

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import options as options_lib
-from vrgd_tf.gsnr import reductions
+from vrgd_tf.gsnr import packing
 
 __all__ = [
     "STATISTICS_FIELDS",
@@ -70,30 +70,30 @@ class GSNRStatistics:
         return tf.stack([getattr(self, f) for f in STATISTICS_FIELDS])
 
 
-def _stack_sums(tensors) -> tf.Tensor:
-    return tf.stack([tf.reduce_sum(t) for t in tensors])
-
-
-def _variable_sums(s1, factor, applied, k, gamma) -> List[tf.Tensor]:
-    """One variable's sums: elements at factor 1 (``floor`` of a factor in [gamma, 1]),
-    at ``gamma``, of the applied factor, of ``signal = S1**2 / k`` and of
-    ``applied**2 * signal``."""
+def _variable_sums(s1, factor, applied, k, gamma, sizes=None) -> List[tf.Tensor]:
+    """One variable's (or each variable of a pack's, ``sizes``) sums: elements at factor 1
+    (``floor`` of a factor in [gamma, 1]), at ``gamma``, of the applied factor, of
+    ``signal = S1**2 / k`` and of ``applied**2 * signal``."""
     signal = tf.square(s1) * (1.0 / k)
     values = [tf.floor(factor.factor), applied, signal, tf.square(applied) * signal]
     if gamma < 1.0:  # factor <= gamma exactly where the clip gave gamma
         values.append(tf.cast(factor.factor <= gamma, tf.float32))
-    out, _ = reductions.sums(values)
-    return out if gamma < 1.0 else out + [tf.constant(0.0)]
+    out, _ = packing.sums(values, sizes)
+    out = [packing.as_rows(x) for x in out]
+    return out if gamma < 1.0 else out + [tf.zeros_like(out[0])]
 
 
-def _scaled_norm_sums(summed, applied) -> Tuple[tf.Tensor, tf.Tensor]:
+def _scaled_norm_sums(summed, applied, pieces) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(sum S1**2, sum (f S1)**2)`` per variable with S1 first divided by its largest
     magnitude in the variable (a scale that cancels in their ratio)."""
-    peaks = [tf.reduce_max(tf.abs(s)) for s in summed]
-    scaled = [s / tf.where(p > 0.0, p, 1.0) for s, p in zip(summed, peaks)]
-    return _stack_sums([tf.square(s) for s in scaled]), _stack_sums(
-        [tf.square(a * s) for a, s in zip(applied, scaled)]
-    )
+    plain, reduced = [], []
+    for s_block, a_block, sizes in zip(summed, applied, pieces):
+        for s, a in zip(packing.pieces(s_block, sizes), packing.pieces(a_block, sizes)):
+            p = tf.reduce_max(tf.abs(s))
+            s = s / tf.where(p > 0.0, p, 1.0)
+            plain.append(tf.reduce_sum(tf.square(s)))
+            reduced.append(tf.reduce_sum(tf.square(a * s)))
+    return tf.stack(plain), tf.stack(reduced)
 
 
 def statistics(
@@ -105,10 +105,16 @@ def statistics(
     gamma: float,
     sizes: Sequence[int],
     extra: Optional[tf.Tensor] = None,
+    pieces: Optional[Sequence[Optional[Sequence[int]]]] = None,
 ) -> tf.Tensor:
     """The diagnostics of ``n`` variables: float32 ``[n, NUM_STATISTICS]``, one
     :class:`GSNRStatistics` row each. Needs ``summed`` finite (the step records only steps
     with finite sums).
+
+    ``summed``, ``factors`` and ``applied`` hold one item per variable, or, with
+    ``pieces``, one per block (``vrgd_tf.gsnr.layout.Block``): a packed block's item is its
+    flat buffer and its ``pieces`` entry its variables' element counts; the rows are then
+    the blocks' variables in order.
 
     The update norm ratio comes from ``signal = S1**2 / k`` (k cancels): two passes. Only
     if a sum overflows (|S1| above ~1e19) or is below 1e-30 (it may have underflowed: |S1|
@@ -127,21 +133,26 @@ def statistics(
       extra: None, or float32 ``[n, 2]`` added to the per-variable count of elements at
         factor 1 and sum of the applied factor: the elements a sparse variable's slots do
         not hold (:func:`vrgd_tf.gsnr.state.untouched_statistics`).
+      pieces: None (one variable per item), or per item None or its variables' element
+        counts (``vrgd_tf.gsnr.packing``).
     """
+    pieces = [None] * len(summed) if pieces is None else list(pieces)
     size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
-    rows = [_variable_sums(s, f, a, k, gamma) for s, f, a in zip(summed, factors, applied)]
-    at_one, applied_sum, plain, reduced, at_gamma = (tf.stack(c) for c in zip(*rows))
+    rows = [
+        _variable_sums(s, f, a, k, gamma, p) for s, f, a, p in zip(summed, factors, applied, pieces)
+    ]
+    at_one, applied_sum, plain, reduced, at_gamma = (tf.concat(c, 0) for c in zip(*rows))
     if extra is not None:
         at_one, applied_sum = at_one + extra[:, 0], applied_sum + extra[:, 1]
     plain, reduced = tf.cond(
         tf.reduce_all(tf.math.is_finite(plain) & (plain > 1e-30)),
         lambda: (plain, reduced),
-        lambda: _scaled_norm_sums(summed, applied),
+        lambda: _scaled_norm_sums(summed, applied, pieces),
     )
     norm_ratio = tf.where(plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0)
     return tf.stack(
         [
-            tf.stack([f.mean_ratio for f in factors]),
+            tf.concat([packing.as_rows(f.mean_ratio) for f in factors], 0),
             at_gamma / size_f,
             at_one / size_f,
             applied_sum / size_f,

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from vrgd_tf import naming
-from vrgd_tf.gsnr import collectives, halves, smoothing, sparse
+from vrgd_tf.gsnr import collectives, halves, packing, smoothing, sparse
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
@@ -158,13 +158,14 @@ def _without_gsnr(grads, variables, state, ctx, record_statistics, num_samples):
 
 
 class _Factors(NamedTuple):
-    """The factors of a step, per entry of its layout.
+    """The factors of a step, per block of its layout.
 
     Attributes:
-      raw: the :class:`vrgd_tf.gsnr.factors.Factor` of each entry (before the momentum).
+      raw: the :class:`vrgd_tf.gsnr.factors.Factor` of each block (before the momentum).
       applied: float32 ``[size]`` each, the factor applied to ``S1`` (after the momentum
         and the factor transforms).
-      corrections: the new ``c_t`` per entry (``beta_3 > 0``), else None.
+      corrections: the new ``c_t`` per block (``beta_3 > 0``; ``[v]`` for a pack), else
+        None.
     """
 
     raw: List[factors_lib.Factor]
@@ -172,15 +173,20 @@ class _Factors(NamedTuple):
     corrections: Optional[List[tf.Tensor]]
 
 
+def _pieces(block):
+    """A block's ``sizes`` for ``vrgd_tf.gsnr.packing`` (None unless packed)."""
+    return block.sizes if block.packed else None
+
+
 def _factors(layout, summed, options) -> List[factors_lib.Factor]:
-    """Per entry, the raw factor; none is defined on a step without a GSNR (threshold Inf).
+    """Per block, the raw factor; none is defined on a step without a GSNR (threshold Inf).
     The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
     k, active = tf.maximum(summed.count, 1.0), summed.count >= 2.0
     out = []
-    for e, s1, s2 in zip(layout.entries, summed.s1, summed.s2):
-        rtol = NOISE_RTOL if e.path == layout_lib.SPARSE_ROWS else options.rtol
+    for b, s1, s2 in zip(layout.blocks, summed.s1, summed.s2):
+        rtol = NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else options.rtol
         threshold = tf.where(active, rtol * k, _INF)
-        out.append(factors_lib.factor(s1, s2, k, options.gamma, threshold))
+        out.append(factors_lib.factor(s1, s2, k, options.gamma, threshold, _pieces(b)))
     return out
 
 
@@ -189,7 +195,7 @@ def _report(layout, summed, raw, plan) -> StepReport:
     split-half plan."""
     active = summed.count >= 2.0
     finite = tf.reduce_all([f.finite for f in raw])
-    no_defined = tf.equal(tf.add_n([f.num_defined for f in raw]), 0.0)
+    no_defined = tf.equal(tf.add_n([tf.reduce_sum(f.num_defined) for f in raw]), 0.0)
     inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
     return StepReport(layout.num_samples, summed.count, active, finite, inert, plan is not None)
 
@@ -203,8 +209,8 @@ def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
     previous = state_lib.read(layout, state, summed.rows)
     corrections = [smoothing.next_correction(c, beta_3) for c in previous.corrections]
     applied, deficits = [], []
-    for f, d, c in zip(raw, previous.deficits, corrections):
-        c = tf.where(report.active, c, _INF)
+    for b, f, d, c in zip(layout.blocks, raw, previous.deficits, corrections):
+        c = packing.per_element(tf.where(report.active, c, _INF), _pieces(b))
         p_hat, new_deficit = smoothing.smooth(f.factor, d, c, beta_3, gamma)
         applied.append(p_hat)
         deficits.append(new_deficit)
@@ -219,11 +225,15 @@ def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
     if not options.factor_transforms:
         return factors
     out = []
-    for e, a, s1, s2 in zip(layout.entries, factors.applied, summed.s1, summed.s2):
-        context = factors_lib.FactorContext(
-            e.position, variables[e.position], s1, s2, layout.num_samples, step
-        )
-        out.append(factors_lib.transform(options.factor_transforms, a, context))
+    for b, a, s1, s2 in zip(layout.blocks, factors.applied, summed.s1, summed.s2):
+        cut = (packing.pieces(t, _pieces(b)) for t in (a, s1, s2))
+        transformed = []
+        for e, a_e, s1_e, s2_e in zip(b.entries, *cut):
+            context = factors_lib.FactorContext(
+                e.position, variables[e.position], s1_e, s2_e, layout.num_samples, step
+            )
+            transformed.append(factors_lib.transform(options.factor_transforms, a_e, context))
+        out.append(packing.concat(transformed))
     return factors._replace(applied=out)
 
 
@@ -236,24 +246,39 @@ def _with_transforms_finite(report, factors, options) -> StepReport:
 
 
 def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor:
-    """float32 ``[n, NUM_STATISTICS]``: the step's diagnostics, zeros without a GSNR."""
+    """float32 ``[n, NUM_STATISTICS]``: the step's diagnostics in entry order, zeros
+    without a GSNR."""
     extra = None
     if layout.on(layout_lib.SPARSE_ROWS):
-        extra = tf.stack(
+        extra = tf.concat(
             [
                 state_lib.untouched_statistics(
-                    state, e, r, None if factors.corrections is None else factors.corrections[i]
-                )
-                if e.path == layout_lib.SPARSE_ROWS
-                else tf.zeros([2])
-                for i, (e, r) in enumerate(zip(layout.entries, summed.rows))
-            ]
+                    state,
+                    b.entries[0],
+                    r,
+                    None if factors.corrections is None else factors.corrections[b.index],
+                )[None]
+                if b.path == layout_lib.SPARSE_ROWS
+                else tf.zeros([len(b.entries), 2])
+                for b, r in zip(layout.blocks, summed.rows)
+            ],
+            0,
         )
-    sizes = [e.statistics_size for e in layout.entries]
+    sizes = [e.statistics_size for b in layout.blocks for e in b.entries]
     k = tf.maximum(report.samples, 1.0)
     values = statistics(
-        summed.s1, factors.raw, factors.applied, k=k, gamma=gamma, sizes=sizes, extra=extra
+        summed.s1,
+        factors.raw,
+        factors.applied,
+        k=k,
+        gamma=gamma,
+        sizes=sizes,
+        extra=extra,
+        pieces=[_pieces(b) for b in layout.blocks],
     )
+    order = layout.block_order
+    if order != tuple(range(len(order))):
+        values = tf.gather(values, order)
     return tf.where(report.active, values, 0.0)
 
 
@@ -284,20 +309,22 @@ def _record(layout, state, summed, plan, factors, report, record, options) -> No
 def _outputs(layout, summed, applied) -> List:
     """``f * S1`` per entry, in the gradient's kind, shape and dtype (see
     :func:`variance_reduce`)."""
-    out = []
-    for e, s1, f, rows, sums, wide in zip(
-        layout.entries, summed.s1, applied, summed.rows, summed.sparse, summed.wide
+    out = [None] * len(layout.entries)
+    for b, s1, f, rows, sums, wide in zip(
+        layout.blocks, summed.s1, applied, summed.rows, summed.sparse, summed.wide
     ):
-        if e.path == layout_lib.SPARSE_ROWS:
-            out.append(rows.output(f))
-        elif e.path == layout_lib.SPARSE_DENSE:
-            out.append(sparse.scale_rows(sums, tf.reshape(f, e.shape)))
-        elif e.path == layout_lib.FLOAT64:
+        e = b.entries[0]
+        if b.path == layout_lib.SPARSE_ROWS:
+            out[e.position] = rows.output(f)
+        elif b.path == layout_lib.SPARSE_DENSE:
+            out[e.position] = sparse.scale_rows(sums, tf.reshape(f, e.shape))
+        elif b.path == layout_lib.FLOAT64:
             # S1 summed in float64 too: exactly the base's sum (a finite float64 value
             # beyond float32's range stays finite); the factor is from float32 statistics.
-            out.append(tf.cast(tf.reshape(f, e.shape), tf.float64) * wide)
+            out[e.position] = tf.cast(tf.reshape(f, e.shape), tf.float64) * wide
         else:
-            out.append(tf.cast(tf.reshape(f * s1, e.shape), e.dtype))
+            for e, piece in zip(b.entries, packing.pieces(f * s1, _pieces(b))):
+                out[e.position] = tf.cast(tf.reshape(piece, e.shape), e.dtype)
     return out
 
 
@@ -321,7 +348,9 @@ def variance_reduce(
     ``k = R * m``. With ``m = 1`` (``squares`` None) the squares are taken here.
 
     The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
-    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable), this replica's
+    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable, except that the
+    dense gradients of at most ``pack_limit`` elements travel, and are computed on, as one
+    buffer: ``vrgd_tf.gsnr.layout``; the same values bit for bit), this replica's
     count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
     path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
     if there are float64 gradients, one of them in float64 (so that the output is
@@ -362,7 +391,7 @@ def variance_reduce(
         ``num_groups``, Python int >= 1, the number ``m`` of groups per replica.
       **options: the fields of :class:`vrgd_tf.gsnr.GSNROptions` as keywords (``gamma``,
         ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``,
-        ``split_half_stride``), or ``options=`` one ``GSNROptions``. Also accepted, as
+        ``split_half_stride``, ``pack_limit``), or ``options=`` one ``GSNROptions``. Also accepted, as
         aliases of ``squares=GroupSquares(sq_sums, num_groups)`` (the keywords of the
         first release; not together with ``squares``): ``sq_sums=`` (default None) and
         ``num_groups=`` (default 1).
@@ -400,6 +429,7 @@ def variance_reduce(
         num_groups=squares.num_groups,
         squares_given=squares.sq_sums is not None,
         sparse_statistics=options.sparse_statistics,
+        pack_limit=options.pack_limit,
     )
     plan = halves.plan(layout, options.split_half_stride)
     local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares.sq_sums), ctx)
