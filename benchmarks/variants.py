@@ -19,6 +19,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
                   ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics;
+  vr_unpacked     ``vr`` with the aggregator's ``pack_limit=0``: every gradient its own
+                  tensor and element-wise ops (VR minus ``vr_unpacked`` is what packing the
+                  small variables saves; the values are the same bit for bit);
   vr_dense        ``vr`` with the statistics of ``tf.IndexedSlices`` gradients taken on their
                   dense form (the aggregator's ``sparse_statistics="dense"``): VR minus
                   ``vr_dense`` is what the exact sparse statistics save;
@@ -76,6 +79,19 @@ def _dense_statistics(vr_cls):
     return DenseStatistics
 
 
+def _unpacked(vr_cls):
+    """``vr_cls`` whose GSNR step packs no variables (the aggregator's public option
+    ``pack_limit=0``): every gradient its own tensor and its own element-wise ops."""
+
+    class Unpacked(vr_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.vrgd_aggregator.pack_limit = 0
+
+    Unpacked.__name__ = f"{vr_cls.__name__}_unpacked"
+    return Unpacked
+
+
 def make_keras_variant(name, base_cls, vr_cls, gamma=0.1):
     """``(class, extra kwargs)`` of Keras 3 variant ``name`` of the pair (base_cls, vr_cls)."""
     if name == "base":
@@ -84,6 +100,8 @@ def make_keras_variant(name, base_cls, vr_cls, gamma=0.1):
         return vr_cls, dict(VR_VARIANTS[name], gamma=gamma)
     if name == "vr_dense":
         return _dense_statistics(vr_cls), {"gamma": gamma}
+    if name == "vr_unpacked":
+        return _unpacked(vr_cls), {"gamma": gamma}
 
     class Variant(base_cls):
         def _all_reduce_sum_gradients(self, grads_and_vars):
@@ -104,6 +122,8 @@ def make_tf_keras_variant(name, base_cls, vr_cls, gamma=0.1):
         return base_cls, {}
     if name in VR_VARIANTS:
         return vr_cls, dict(VR_VARIANTS[name], gamma=gamma)
+    if name == "vr_unpacked":
+        return _unpacked(vr_cls), {"gamma": gamma}
 
     class Variant(base_cls):
         def _aggregate_gradients(self, grads_and_vars):

@@ -190,3 +190,45 @@ class OpCountTest(tf.test.TestCase):
             per_variable[limit] = (step_graph_ops(12, limit) - step_graph_ops(4, limit)) / 8.0
         self.assertGreater(per_variable[0], 2.5 * per_variable[layout_lib.PACK_LIMIT])
         self.assertLess(per_variable[layout_lib.PACK_LIMIT], 110)
+
+
+class OptimizerTest(tf.test.TestCase):
+    def test_a_keras_fit_with_and_without_packing_ends_with_the_same_weights(self):
+        """``VRGDLamb`` (``beta_3=0.9``, diagnostics every step) in ``fit`` on 4 replicas:
+        the weights and the recorded diagnostics are equal bit for bit with the
+        aggregator's ``pack_limit`` at its default and at 0."""
+        import keras
+
+        import vrgd_tf
+
+        strategy = util.strategy_for(K)
+        rng = np.random.RandomState(0)
+        x = rng.randn(256, 6).astype(np.float32)
+        y = rng.randint(0, 3, 256).astype(np.int32)
+        keras.utils.set_random_seed(0)
+        weights = None
+        results = []
+        for limit in (layout_lib.PACK_LIMIT, 0):
+            with strategy.scope():
+                model = keras.Sequential(
+                    [keras.Input((6,)), keras.layers.Dense(16, activation="relu")]
+                    + [keras.layers.LayerNormalization(), keras.layers.Dense(3)]
+                )
+                optimizer = vrgd_tf.VRGDLamb(1e-2, weight_decay_rate=0.01, beta_3=0.9)
+                optimizer.vrgd_aggregator.pack_limit = limit
+                model.compile(
+                    optimizer=optimizer,
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                )
+            weights = weights or model.get_weights()
+            model.set_weights(weights)
+            model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+            results.append((model.get_weights(), vrgd_tf.vrgd_statistics(optimizer)))
+        self.assertEqual(optimizer.vrgd_aggregator.pack_limit, 0)
+        for a, b in zip(results[0][0], results[1][0]):
+            self.assertAllEqual(a, b)
+        self.assertEqual(list(results[0][1].values()), list(results[1][1].values()))
+        with self.assertRaisesRegex(ValueError, "`pack_limit` must be set before the first"):
+            optimizer.vrgd_aggregator.pack_limit = 5
+        with self.assertRaisesRegex(ValueError, "`pack_limit` must be an int >= 0"):
+            vrgd_tf.GSNRAggregator(pack_limit=-2)

@@ -117,6 +117,11 @@ class GSNRAggregator(tf.Module):
         dense form, all-reduced with the dense gradients (the same numbers, to float
         rounding; for comparisons and benchmarks). Also settable as the attribute before
         the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
+      pack_limit: int >= 0, default :data:`vrgd_tf.gsnr.PACK_LIMIT` (16384): the dense
+        gradients of at most this many elements travel and are computed on as one buffer
+        (fewer ops per step for many small variables, the same values bit for bit; 0 packs
+        none, for comparisons and benchmarks). Also settable as the attribute before the
+        first step.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
         (see :class:`vrgd_tf.gsnr.VRGDState`); the optimizer families pass theirs so the
@@ -161,6 +166,7 @@ class GSNRAggregator(tf.Module):
         *args,
         settings: Optional[VRGDSettings] = None,
         sparse_statistics="rows",
+        pack_limit: int = gsnr.PACK_LIMIT,
         owner=None,
         make_variable: Optional[Callable] = None,
         var_key: Optional[Callable] = None,
@@ -176,6 +182,7 @@ class GSNRAggregator(tf.Module):
             factor_transforms=self.settings.factor_transforms,
             sparse_statistics=sparse_statistics,
             split_half_stride=self.settings.statistics_interval if self.settings.split_half else 0,
+            pack_limit=pack_limit,
         )
         self._owner = owner or name
         self._standalone = make_variable is None
@@ -211,6 +218,26 @@ class GSNRAggregator(tf.Module):
                 "(the steps traced so far keep their statistics path)."
             )
         self._options = dataclasses.replace(self._options, sparse_statistics=value)
+
+    @property
+    def pack_limit(self) -> int:
+        """The largest dense gradient (elements) packed with the others into one buffer
+        (see the class's Args). May be set until the first step is traced.
+
+        Raises:
+          TypeError, ValueError: set to a value that is not an int >= 0, or after the first
+            step was traced.
+        """
+        return self._options.pack_limit
+
+    @pack_limit.setter
+    def pack_limit(self, value) -> None:
+        if self._traced:
+            raise ValueError(
+                f"{self._owner}: `pack_limit` must be set before the first step "
+                "(the steps traced so far keep their layout)."
+            )
+        self._options = dataclasses.replace(self._options, pack_limit=value)
 
     # --- state -----------------------------------------------------------------------------
 
