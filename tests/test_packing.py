@@ -1,9 +1,12 @@
 """The pack (vrgd_tf.gsnr.layout.Block, vrgd_tf.gsnr.packing): the dense gradients of at most
 ``pack_limit`` elements share one buffer in the GSNR step, which then runs its element-wise
-ops once for all of them. It changes no value: the gradients, the factor momentum, the
-diagnostics and the split-half rows are those of the unpacked step bit for bit, on 4 logical
-CPU replicas with ``beta_3 = 0.9``, with and without factor transforms. And it is what makes
-a model of many small variables cheap: the step's graph has far fewer ops per variable."""
+ops once for all of them. It changes no value: the collectives get the same tensors as
+without it (one per variable, so any strategy sums them in the same order), and the
+gradients, the factor momentum, the diagnostics and the split-half rows are those of the
+unpacked step bit for bit, on 4 logical CPU replicas with ``beta_3 = 0.9``, with and without
+factor transforms, with more than 8 variables and a large one first (a row's position
+changes the last bit of a division by constants). And it is what makes a model of many small
+variables cheap: the step's graph has far fewer ops per variable."""
 
 import numpy as np
 import tensorflow as tf
@@ -73,11 +76,20 @@ class LayoutTest(tf.test.TestCase):
             gsnr.GSNROptions(pack_limit=True)
 
 
+#: The step's variables: a large one first, 12 in all, 9 of them packed.
+STEP_VARIABLES = [((17000,), tf.float32)] + VARIABLES + [
+    ((30, 40), tf.float32),
+    ((9,), tf.float32),
+    ((2,), tf.float32),
+    ((1,), tf.float32),
+]
+
+
 def replica_gradients(seed):
     """Per variable ``[K, *shape]``: a per-element signal and noise over four decades."""
     rng = np.random.RandomState(seed)
     out = []
-    for shape, _ in VARIABLES:
+    for shape, _ in STEP_VARIABLES:
         signal = rng.randn(*shape) * 10.0 ** rng.uniform(-2, 2, shape)
         noise = rng.randn(K, *shape) * 10.0 ** rng.uniform(-2, 2, (K,) + shape)
         out.append(signal + noise)
@@ -91,13 +103,29 @@ def halve_transform(factor, context):
     )
 
 
+class Recorder:
+    """A replica context that records the shapes and dtypes of what each ``all_reduce``
+    call sums, and passes the call on."""
+
+    def __init__(self, context, calls):
+        self.context, self.calls = context, calls
+        self.num_replicas_in_sync = context.num_replicas_in_sync
+        self.replica_id_in_sync_group = context.replica_id_in_sync_group
+
+    def all_reduce(self, op, value):
+        self.calls.append([(tuple(v.shape), v.dtype.name) for v in value])
+        return self.context.all_reduce(op, value)
+
+
 class Step:
-    """One variable set and its VRGD state on ``strategy``; ``__call__(grads)`` runs one GSNR
-    step on every replica and returns each replica's outputs."""
+    """One variable set and its VRGD state on ``strategy``; ``step(grads)`` runs one GSNR
+    step on every replica and returns each replica's outputs; ``calls`` records what the
+    collectives summed."""
 
     def __init__(self, strategy, pack_limit, transforms):
+        self.calls = []
         with strategy.scope():
-            self.variables = [tf.Variable(tf.zeros(s, d)) for s, d in VARIABLES]
+            self.variables = [tf.Variable(tf.zeros(s, d)) for s, d in STEP_VARIABLES]
             self.state = gsnr.VRGDState(
                 lambda kind, i, shape, _: state_lib.replica_local_variable(shape, f"{kind}{i}"),
                 id,
@@ -111,9 +139,12 @@ class Step:
         @tf.function
         def step(grads):
             def fn():
-                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-                mine = [tf.cast(tf.gather(g, rid), d) for g, (_, d) in zip(grads, VARIABLES)]
-                return gsnr.variance_reduce(mine, self.variables, state=self.state, **options)
+                ctx = Recorder(tf.distribute.get_replica_context(), self.calls)
+                rid = ctx.replica_id_in_sync_group
+                mine = [tf.cast(tf.gather(g, rid), d) for g, (_, d) in zip(grads, STEP_VARIABLES)]
+                return gsnr.variance_reduce(
+                    mine, self.variables, state=self.state, replica_context=ctx, **options
+                )
 
             return strategy.experimental_local_results(strategy.run(fn))
 
@@ -146,6 +177,9 @@ class SameValuesTest(tf.test.TestCase, parameterized.TestCase):
             for name, values in states[0].items():
                 for x, y in zip(values, states[1][name]):
                     self.assertAllEqual(x, y, msg=f"step {seed}, {name}")
+        # The collectives summed the same tensors: one per variable, packed or not.
+        self.assertEqual(runs[0].calls, runs[1].calls)
+        self.assertLen(runs[0].calls[0], len(STEP_VARIABLES) + 1 + 1)  # + count + halves
         stats = runs[0].state_values()
         # The step did something: factors below 1 and reliabilities measured.
         self.assertTrue(any(v[0][3] < 1.0 for k, v in stats.items() if k.startswith("statistics")))

@@ -123,18 +123,16 @@ class FakeReplicaContext:
         return grads, squares
 
     def all_reduce(self, op, value):
-        """The gradients and the squares travel one tensor per block of the step's layout
-        (``util.on_the_wire``)."""
         assert op == tf.distribute.ReduceOp.SUM
         first, self.calls = self.calls % 2 == 0, self.calls + 1
-        n = len(util.on_the_wire([x[0, 0] for x in self.samples]))
+        n = len(self.samples)
         out = [tf.identity(v) for v in value]
         for d in set(range(self.num_replicas_in_sync)) - {self.replica_id_in_sync_group}:
             grads, squares = self.replica_sums(d)
             if not first:
-                out[:n] = [o + q for o, q in zip(out, util.on_the_wire(squares))]
+                out[:n] = [o + np.ravel(q) for o, q in zip(out, squares)]
                 continue
-            out[:n] = [o + g for o, g in zip(out, util.on_the_wire(grads))]
+            out[:n] = [o + np.ravel(g) for o, g in zip(out, grads)]
             out[n] = out[n] + float(self.groups) * any(np.any(g != 0) for g in grads)
             if len(value) > n + 1:  # the split-half buffer
                 a = float(d < self.num_replicas_in_sync // 2)

@@ -46,19 +46,18 @@ class FakeReplicaContext:
         self.calls = 0
 
     def all_reduce(self, op, value):
-        """VRGD's two calls per step: the float32 gradients (one tensor per block of the
-        step's layout, ``util.on_the_wire``) with the count of samples that contributed (one
-        scalar after them), then their squares."""
+        """VRGD's two calls per step: the float32 gradients ``[x_1 .. x_n]`` with the count
+        of samples that contributed (one scalar after them), then ``[x_1**2 .. x_n**2]``."""
         assert op == tf.distribute.ReduceOp.SUM
         squares = self.calls % 2 == 1
         self.calls += 1
-        wires = [util.on_the_wire(grads) for grads in self.others]
         out = []
         for i, v in enumerate(value):
-            if i == len(wires[0]):  # the count: 1 per replica with a nonzero gradient
+            if i == len(self.others[0]):  # the count: 1 per replica with a nonzero gradient
                 extra = float(sum(any(np.any(g != 0) for g in grads) for grads in self.others))
             else:
-                extra = sum(w[i] * w[i] if squares else w[i] for w in wires)
+                parts = [np.ravel(grads[i]).astype(np.float32) for grads in self.others]
+                extra = sum(p * p if squares else p for p in parts)
             out.append(v + tf.constant(extra, tf.float32))
         return out
 

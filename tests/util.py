@@ -170,28 +170,3 @@ def make_varying_problem(k, seed=0, steps=3):
         g = signal + noise_scale * noise
         grads[n] = (g / k).astype(np.float32)
     return init, grads
-
-
-def on_the_wire(arrays, pack_limit=None):
-    """What a replica's GSNR step sends for ``arrays`` (its dense gradients, or their
-    squares, in variable order): one flat float32 array per all-reduced block of the step's
-    layout (``vrgd_tf.gsnr.layout``: the small ones packed into one), in the order of the
-    step's first all-reduce call. For fake replica contexts that add the other replicas'
-    values in."""
-    from vrgd_tf.gsnr import layout as layout_lib
-
-    arrays = [np.asarray(a, np.float32) for a in arrays]
-    grads = [tf.zeros(a.shape) for a in arrays]
-    layout = layout_lib.build_layout(
-        grads,
-        grads,
-        None,
-        num_replicas=2,
-        num_groups=1,
-        squares_given=False,
-        **({} if pack_limit is None else {"pack_limit": pack_limit}),
-    )
-    return [
-        np.concatenate([np.ravel(arrays[e.position]) for e in b.entries])
-        for b in layout.blocks_on(*layout_lib.ALL_REDUCED)
-    ]

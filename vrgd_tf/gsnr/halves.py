@@ -67,14 +67,13 @@ class Plan(NamedTuple):
     """What the split-half subsample of one step carries.
 
     Attributes:
-      entries: the all-reduced :class:`~vrgd_tf.gsnr.layout.Entry`, in layout order.
+      entries: the all-reduced :class:`~vrgd_tf.gsnr.layout.Entry` (in the order of
+        :class:`vrgd_tf.gsnr.samples.Local`'s gradients).
       strides: one int >= 1 per entry, the subsample stride of its flat gradient.
       sizes: one int per entry, the subsample's length, ``ceil(size / stride)``.
       num_samples: int, ``k``.
       num_samples_a: int, ``k_A``.
       num_replicas_a: int, ``R // 2``: replicas with a lower id are half A.
-      blocks: the layout indices of the all-reduced blocks (in the order of
-        :class:`vrgd_tf.gsnr.samples.Local`'s gradients).
     """
 
     entries: Tuple[layout_lib.Entry, ...]
@@ -83,7 +82,6 @@ class Plan(NamedTuple):
     num_samples: int
     num_samples_a: int
     num_replicas_a: int
-    blocks: Tuple[int, ...] = ()
 
 
 def subsample_stride(shape, stride: int) -> int:
@@ -121,20 +119,18 @@ def plan(layout, stride: int) -> Optional[Plan]:
         return None
     strides = tuple(subsample_stride(e.shape, stride) for e in entries)
     sizes = tuple(-(-e.size // s) for e, s in zip(entries, strides))
-    blocks = tuple(b.index for b in layout.blocks_on(*layout_lib.ALL_REDUCED))
-    return Plan(entries, strides, sizes, k, k_a, replicas_a, blocks)
+    return Plan(entries, strides, sizes, k, k_a, replicas_a)
 
 
-def _subsample(plan_: Plan, by_block) -> tf.Tensor:
-    """The entries' strided subsamples of their blocks' flat buffers (``by_block``: a
-    mapping from a block's layout index to its buffer), concatenated."""
-    return tf.concat(
-        [
-            by_block[e.block][e.offset : e.offset + e.size : s]
-            for e, s in zip(plan_.entries, plan_.strides)
-        ],
-        0,
-    )
+def _subsample(flats, strides) -> tf.Tensor:
+    return tf.concat([x[::s] for x, s in zip(flats, strides)], 0)
+
+
+def _subsample_blocks(plan_: Plan, blocks) -> tf.Tensor:
+    """:func:`_subsample` of the entries' pieces of their blocks' flat buffers (``blocks``:
+    one buffer per block of the layout)."""
+    flats = [blocks[e.block][e.offset : e.offset + e.size] for e in plan_.entries]
+    return _subsample(flats, plan_.strides)
 
 
 def local_half(plan_: Plan, local, replica_context) -> tf.Tensor:
@@ -142,8 +138,8 @@ def local_half(plan_: Plan, local, replica_context) -> tf.Tensor:
     :class:`vrgd_tf.gsnr.samples.Local`) times 1 on half A's replicas, 0 on the others."""
     replica = tf.convert_to_tensor(replica_context.replica_id_in_sync_group)
     in_a = tf.cast(replica < plan_.num_replicas_a, tf.float32)
-    x = _subsample(plan_, dict(zip(plan_.blocks, local.gradients)))
-    q = _subsample(plan_, dict(zip(plan_.blocks, local.squares)))
+    x = _subsample(local.gradients, plan_.strides)
+    q = _subsample(local.squares, plan_.strides)
     return tf.concat([x, q], 0) * in_a
 
 
@@ -159,8 +155,8 @@ def rows(plan_: Plan, layout, summed, rtol: float) -> tf.Tensor:
     """float32 ``[n, NUM_SPLIT_HALF]``, one row of :data:`SPLIT_HALF_FIELDS` per entry of
     ``layout`` (zeros, undefined, for the entries not measured), from the step's
     :class:`vrgd_tf.gsnr.samples.Summed` (``summed.half`` set). Pure."""
-    s1 = _subsample(plan_, summed.s1)
-    s2 = _subsample(plan_, summed.s2)
+    s1 = _subsample_blocks(plan_, summed.s1)
+    s2 = _subsample_blocks(plan_, summed.s2)
     s1_a, s2_a = tf.split(summed.half, 2)
     result = split_half_lib.split_half_reliability(
         s1, s2, s1_a, s2_a, plan_.num_samples, plan_.num_samples_a, plan_.sizes, rtol=rtol

@@ -129,7 +129,7 @@ class Layout(NamedTuple):
     entries: Tuple[Entry, ...]
     num_replicas: int
     num_groups: int
-    blocks: Tuple[Block, ...] = ()
+    blocks: Tuple[Block, ...]
 
     @property
     def num_samples(self) -> int:

@@ -8,7 +8,9 @@ takes two forms:
   buffer (one ``Split`` of it): the same reduction, in the same order, as over the variable's
   own tensor, so every value is the unpacked one bit for bit;
 * a per-variable value used element-wise (a mean, a bound, a divisor: ``[v]``) is spread
-  over the buffer by :func:`per_element` (one ``Gather`` by a constant index).
+  over the buffer by :func:`per_element` (one ``Gather`` by each element's variable index,
+  made at run time from the ``v`` offsets: the graph holds no constant of the buffer's
+  size).
 
 With one variable (``len(sizes) <= 1``) every function is the identity of the unpacked step:
 the sums are scalars and the values are used as they are.
@@ -48,8 +50,17 @@ def per_element(values, sizes: Optional[Sequence[int]]):
     its elements; ``values`` itself unless packed (a scalar broadcasts)."""
     if not is_packed(sizes):
         return values
-    index = np.repeat(np.arange(len(sizes), dtype=np.int32), list(sizes))
-    return tf.gather(values, tf.constant(index))
+    return tf.gather(values, _variable_index(sizes))
+
+
+def _variable_index(sizes) -> tf.Tensor:
+    """int32 ``[sum(sizes)]``: each element's variable, a cumulative sum of the marks at
+    the starts of variables 1 .. v-1 (static shapes: XLA, TPU)."""
+    starts = np.cumsum(list(sizes))[:-1].astype(np.int32)
+    marks = tf.scatter_nd(
+        tf.constant(starts[:, None]), tf.ones([len(starts)], tf.int32), [int(sum(sizes))]
+    )
+    return tf.cumsum(marks)
 
 
 def sums(

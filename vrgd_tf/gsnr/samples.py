@@ -3,8 +3,10 @@
 Pure functions around ``vrgd_tf.gsnr.collectives``: :func:`local_samples` prepares this
 replica's float32 gradients, their squares (or the micro-batch groups' sums of squares), its
 sparse rows and its count of contributing samples; :func:`assemble` turns the reduced values
-into a :class:`Summed` record, one item per block of the :class:`~vrgd_tf.gsnr.layout.Layout`
-(a packed block's values are its variables' flat values concatenated).
+into a :class:`Summed` record, one item per block of the :class:`~vrgd_tf.gsnr.layout.Layout`.
+What travels is one tensor per variable, packed or not, so every collective sums exactly what
+it sums without the pack (in any strategy's order); a packed block's sums are its variables'
+returned sums concatenated, after the collectives.
 :class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
 Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
@@ -60,7 +62,7 @@ class Local(NamedTuple):
     """This replica's contribution to one step.
 
     Attributes:
-      gradients: float32 flat ``[size]`` per all-reduced block (``DENSE``, ``FLOAT64``,
+      gradients: float32 flat ``[size]`` per all-reduced entry (``DENSE``, ``FLOAT64``,
         ``SPARSE_DENSE``, in layout order).
       squares: float32 flat ``[size]``, their squares or the given sums of squares.
       sparse: the ``tf.IndexedSlices`` of the ``SPARSE_DENSE`` entries (the strategy's own
@@ -162,19 +164,12 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
         squared gradients (:attr:`GroupSquares.sq_sums`; then the squares are not taken
         here).
     """
-    reduced = layout.blocks_on(*layout_lib.ALL_REDUCED)
-    gradients = tuple(
-        packing.concat([_dense_float32(grads[e.position], e) for e in b.entries]) for b in reduced
-    )
+    reduced = layout.on(*layout_lib.ALL_REDUCED)
+    gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
     if sq_sums is None:
         squares = tuple(tf.square(x) for x in gradients)
     else:
-        squares = tuple(
-            packing.concat(
-                [tf.reshape(tf.cast(sq_sums[e.position], tf.float32), [-1]) for e in b.entries]
-            )
-            for b in reduced
-        )
+        squares = tuple(tf.reshape(tf.cast(sq_sums[e.position], tf.float32), [-1]) for e in reduced)
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
@@ -199,10 +194,12 @@ def assemble(layout, grads, reduced) -> Summed:
     """
     n = len(layout.blocks)
     s1, s2, rows, sums, wide = [None] * n, [None] * n, [None] * n, [None] * n, [None] * n
-    for b, a, q in zip(
-        layout.blocks_on(*layout_lib.ALL_REDUCED), reduced.gradients, reduced.squares
-    ):
-        s1[b.index], s2[b.index] = a, q
+    entries = layout.on(*layout_lib.ALL_REDUCED)
+    sums1 = {e.position: a for e, a in zip(entries, reduced.gradients)}
+    sums2 = {e.position: q for e, q in zip(entries, reduced.squares)}
+    for b in layout.blocks_on(*layout_lib.ALL_REDUCED):
+        s1[b.index] = packing.concat([sums1[e.position] for e in b.entries])
+        s2[b.index] = packing.concat([sums2[e.position] for e in b.entries])
     for b, r in zip(layout.blocks_on(layout_lib.SPARSE_DENSE), reduced.sparse):
         sums[b.index] = r
     for b, w in zip(layout.blocks_on(layout_lib.FLOAT64), reduced.wide):

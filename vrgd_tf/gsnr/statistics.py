@@ -96,6 +96,14 @@ def _scaled_norm_sums(summed, applied, pieces) -> Tuple[tf.Tensor, tf.Tensor]:
     return tf.stack(plain), tf.stack(reduced)
 
 
+def _reorder(order):
+    """A function putting per-variable ``[n]`` tensors in ``order`` (the identity when
+    ``order`` is None or already in order)."""
+    if order is None or tuple(order) == tuple(range(len(order))):
+        return lambda *columns: columns
+    return lambda *columns: [tf.gather(c, list(order)) for c in columns]
+
+
 def statistics(
     summed: Sequence[tf.Tensor],
     factors: Sequence[factors_lib.Factor],
@@ -106,6 +114,7 @@ def statistics(
     sizes: Sequence[int],
     extra: Optional[tf.Tensor] = None,
     pieces: Optional[Sequence[Optional[Sequence[int]]]] = None,
+    order: Optional[Sequence[int]] = None,
 ) -> tf.Tensor:
     """The diagnostics of ``n`` variables: float32 ``[n, NUM_STATISTICS]``, one
     :class:`GSNRStatistics` row each. Needs ``summed`` finite (the step records only steps
@@ -113,8 +122,11 @@ def statistics(
 
     ``summed``, ``factors`` and ``applied`` hold one item per variable, or, with
     ``pieces``, one per block (``vrgd_tf.gsnr.layout.Block``): a packed block's item is its
-    flat buffer and its ``pieces`` entry its variables' element counts; the rows are then
-    the blocks' variables in order.
+    flat buffer and its ``pieces`` entry its variables' element counts, and ``order`` puts
+    the blocks' variables back in the order of the rows (the step's variables). The
+    per-variable sums are put in that order before any division, so each row's values do
+    not depend on the packing, bit for bit (a division by the constant sizes is folded into
+    a product with their vectorised reciprocal, whose last bit depends on the position).
 
     The update norm ratio comes from ``signal = S1**2 / k`` (k cancels): two passes. Only
     if a sum overflows (|S1| above ~1e19) or is below 1e-30 (it may have underflowed: |S1|
@@ -135,24 +147,30 @@ def statistics(
         not hold (:func:`vrgd_tf.gsnr.state.untouched_statistics`).
       pieces: None (one variable per item), or per item None or its variables' element
         counts (``vrgd_tf.gsnr.packing``).
+      order: None, or for each row the index of its variable among the items' variables
+        listed item by item (``vrgd_tf.gsnr.layout.Layout.block_order``). ``sizes`` and
+        ``extra`` are in the rows' order.
     """
     pieces = [None] * len(summed) if pieces is None else list(pieces)
     size_f = tf.constant(np.maximum(np.asarray(sizes, np.float32), 1.0))
     rows = [
         _variable_sums(s, f, a, k, gamma, p) for s, f, a, p in zip(summed, factors, applied, pieces)
     ]
-    at_one, applied_sum, plain, reduced, at_gamma = (tf.concat(c, 0) for c in zip(*rows))
+    columns = [tf.concat(c, 0) for c in zip(*rows)]
+    columns.append(tf.concat([packing.as_rows(f.mean_ratio) for f in factors], 0))
+    in_order = _reorder(order)
+    at_one, applied_sum, plain, reduced, at_gamma, mean_ratio = in_order(*columns)
     if extra is not None:
         at_one, applied_sum = at_one + extra[:, 0], applied_sum + extra[:, 1]
     plain, reduced = tf.cond(
         tf.reduce_all(tf.math.is_finite(plain) & (plain > 1e-30)),
         lambda: (plain, reduced),
-        lambda: _scaled_norm_sums(summed, applied, pieces),
+        lambda: in_order(*_scaled_norm_sums(summed, applied, pieces)),
     )
     norm_ratio = tf.where(plain > 0.0, tf.sqrt(reduced / tf.where(plain > 0.0, plain, 1.0)), 1.0)
     return tf.stack(
         [
-            tf.concat([packing.as_rows(f.mean_ratio) for f in factors], 0),
+            mean_ratio,
             at_gamma / size_f,
             at_one / size_f,
             applied_sum / size_f,

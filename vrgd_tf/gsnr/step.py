@@ -221,20 +221,22 @@ def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
 
 def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
     """The factors with ``applied`` after ``options.factor_transforms``
-    (:class:`FactorContext`)."""
+    (:class:`FactorContext`), called variable by variable in the order of the gradients."""
     if not options.factor_transforms:
         return factors
-    out = []
+    pieces = {}  # position -> (factor, S1, S2) of the variable
     for b, a, s1, s2 in zip(layout.blocks, factors.applied, summed.s1, summed.s2):
-        cut = (packing.pieces(t, _pieces(b)) for t in (a, s1, s2))
-        transformed = []
-        for e, a_e, s1_e, s2_e in zip(b.entries, *cut):
-            context = factors_lib.FactorContext(
-                e.position, variables[e.position], s1_e, s2_e, layout.num_samples, step
-            )
-            transformed.append(factors_lib.transform(options.factor_transforms, a_e, context))
-        out.append(packing.concat(transformed))
-    return factors._replace(applied=out)
+        cut = [packing.pieces(t, _pieces(b)) for t in (a, s1, s2)]
+        pieces.update((e.position, parts) for e, *parts in zip(b.entries, *cut))
+    out = {}
+    for e in layout.entries:
+        a, s1, s2 = pieces[e.position]
+        context = factors_lib.FactorContext(
+            e.position, variables[e.position], s1, s2, layout.num_samples, step
+        )
+        out[e.position] = factors_lib.transform(options.factor_transforms, a, context)
+    applied = [packing.concat([out[e.position] for e in b.entries]) for b in layout.blocks]
+    return factors._replace(applied=applied)
 
 
 def _with_transforms_finite(report, factors, options) -> StepReport:
@@ -250,21 +252,15 @@ def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor
     without a GSNR."""
     extra = None
     if layout.on(layout_lib.SPARSE_ROWS):
-        extra = tf.concat(
+        corrections = factors.corrections or [None] * len(layout.blocks)
+        extra = tf.stack(
             [
-                state_lib.untouched_statistics(
-                    state,
-                    b.entries[0],
-                    r,
-                    None if factors.corrections is None else factors.corrections[b.index],
-                )[None]
-                if b.path == layout_lib.SPARSE_ROWS
-                else tf.zeros([len(b.entries), 2])
-                for b, r in zip(layout.blocks, summed.rows)
-            ],
-            0,
+                state_lib.untouched_statistics(state, e, summed.rows[e.block], corrections[e.block])
+                if e.path == layout_lib.SPARSE_ROWS
+                else tf.zeros([2])
+                for e in layout.entries
+            ]
         )
-    sizes = [e.statistics_size for b in layout.blocks for e in b.entries]
     k = tf.maximum(report.samples, 1.0)
     values = statistics(
         summed.s1,
@@ -272,13 +268,11 @@ def _statistics_rows(layout, state, summed, factors, report, gamma) -> tf.Tensor
         factors.applied,
         k=k,
         gamma=gamma,
-        sizes=sizes,
+        sizes=[e.statistics_size for e in layout.entries],
         extra=extra,
         pieces=[_pieces(b) for b in layout.blocks],
+        order=layout.block_order,
     )
-    order = layout.block_order
-    if order != tuple(range(len(order))):
-        values = tf.gather(values, order)
     return tf.where(report.active, values, 0.0)
 
 
