@@ -77,12 +77,16 @@ class LayoutTest(tf.test.TestCase):
 
 
 #: The step's variables: a large one first, 12 in all, 9 of them packed.
-STEP_VARIABLES = [((17000,), tf.float32)] + VARIABLES + [
-    ((30, 40), tf.float32),
-    ((9,), tf.float32),
-    ((2,), tf.float32),
-    ((1,), tf.float32),
-]
+STEP_VARIABLES = (
+    [((17000,), tf.float32)]
+    + VARIABLES
+    + [
+        ((30, 40), tf.float32),
+        ((9,), tf.float32),
+        ((2,), tf.float32),
+        ((1,), tf.float32),
+    ]
+)
 
 
 def replica_gradients(seed):
