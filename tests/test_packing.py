@@ -221,13 +221,14 @@ class OpCountTest(tf.test.TestCase):
     def test_packed_ops_per_variable(self):
         """Per extra small variable (both replicas, both branches of the state and the
         diagnostics, constants included) the unpacked step adds 278 graph ops, the packed one
-        98: its per-variable sums, state reads and writes and output reshape (measured
-        2026-12-02; the bounds leave a margin)."""
+        118: what travels and its squares (one tensor per variable either way), its
+        per-variable sums, state reads and writes and output reshape (measured 2026-12-02;
+        the bounds leave a margin)."""
         per_variable = {}
         for limit in (0, layout_lib.PACK_LIMIT):
             per_variable[limit] = (step_graph_ops(12, limit) - step_graph_ops(4, limit)) / 8.0
-        self.assertGreater(per_variable[0], 2.5 * per_variable[layout_lib.PACK_LIMIT])
-        self.assertLess(per_variable[layout_lib.PACK_LIMIT], 110)
+        self.assertGreater(per_variable[0], 2.0 * per_variable[layout_lib.PACK_LIMIT])
+        self.assertLess(per_variable[layout_lib.PACK_LIMIT], 130)
 
 
 class OptimizerTest(tf.test.TestCase):

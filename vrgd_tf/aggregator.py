@@ -118,9 +118,9 @@ class GSNRAggregator(tf.Module):
         rounding; for comparisons and benchmarks). Also settable as the attribute before
         the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.
       pack_limit: int >= 0, default :data:`vrgd_tf.gsnr.PACK_LIMIT` (16384): the dense
-        gradients of at most this many elements travel and are computed on as one buffer
-        (fewer ops per step for many small variables, the same values bit for bit; 0 packs
-        none, for comparisons and benchmarks). Also settable as the attribute before the
+        gradients of at most this many elements are computed on as one buffer after the
+        all-reduce (fewer ops per step for many small variables, the same values bit for
+        bit; 0 packs none, for comparisons and benchmarks). Also settable as the attribute before the
         first step.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state

@@ -15,9 +15,10 @@ Paths (spec sections 1 and 4):
 * ``SPARSE_DENSE``: any other ``tf.IndexedSlices``: the statistics of its dense form, its
   rows summed by the strategy's own sparse SUM.
 
-Blocks: every later stage works on blocks (:class:`Block`), not on entries. A block is one
-entry, or the *pack*: every ``DENSE`` entry of at most ``pack_limit`` elements (biases,
-normalisation scales, small kernels), flattened and concatenated in entry order. A stage then
+Blocks: every stage after the collectives works on blocks (:class:`Block`), not on entries (the
+collectives carry one tensor per entry, as without blocks). A block is one entry, or the
+*pack*: every ``DENSE`` entry of at most ``pack_limit`` elements (biases, normalisation
+scales, small kernels), its sums flattened and concatenated in entry order. A stage then
 runs its element-wise ops once over the pack instead of once per small variable, and only its
 per-variable sums are taken per variable (one ``reduce_sum`` per piece of the pack, the
 same values bit for bit as on the variable alone: ``vrgd_tf.gsnr.packing``). On a CPU or GPU

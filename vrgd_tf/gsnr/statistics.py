@@ -101,7 +101,7 @@ def _reorder(order):
     ``order`` is None or already in order)."""
     if order is None or tuple(order) == tuple(range(len(order))):
         return lambda *columns: columns
-    return lambda *columns: [tf.gather(c, list(order)) for c in columns]
+    return lambda *columns: tuple(tf.gather(c, list(order)) for c in columns)
 
 
 def statistics(

@@ -342,9 +342,10 @@ def variance_reduce(
     ``k = R * m``. With ``m = 1`` (``squares`` None) the squares are taken here.
 
     The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
-    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable, except that the
-    dense gradients of at most ``pack_limit`` elements travel, and are computed on, as one
-    buffer: ``vrgd_tf.gsnr.layout``; the same values bit for bit), this replica's
+    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable; after the
+    collectives the sums of the dense gradients of at most ``pack_limit`` elements are
+    computed on as one buffer, ``vrgd_tf.gsnr.layout``, the same values bit for bit), this
+    replica's
     count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
     path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
     if there are float64 gradients, one of them in float64 (so that the output is
