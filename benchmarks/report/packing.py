@@ -26,8 +26,12 @@ def render(ctx, lines):
         "## The pack of small variables",
         "",
         "The GSNR step computes on the sums of the dense variables of at most `pack_limit` "
-        "(16384) elements as one buffer (`vrgd_tf.gsnr.layout`): the same values bit for bit, "
-        "far fewer ops per small variable. What it changes in a step's time:",
+        "(16384) elements as one buffer (`vrgd_tf.gsnr.layout`): the same values bit for bit "
+        "(the step's outputs and state: `tests/test_packing.py`), far fewer ops per small "
+        "variable. The weights after the base rule can differ in the last bits, since "
+        "TensorFlow's graph optimizer regroups the base update around the step's output "
+        "differently, and the steps amplify it (the last column). What it changes in a "
+        "step's time:",
         "",
     ]
     if ov and ov.get("timing"):

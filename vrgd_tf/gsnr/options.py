@@ -280,7 +280,9 @@ class GSNROptions:
         aggregator sets its ``statistics_interval`` when ``split_half=True``).
       pack_limit: int >= 0, dense gradients of at most this many elements share one
         buffer in the step (:data:`vrgd_tf.gsnr.PACK_LIMIT`, the default): fewer
-        ops, the same values bit for bit; 0 = every gradient on its own.
+        ops, the same step outputs and state bit for bit (the base rule applied after
+        them may round differently: ``docs/spec.md`` section 1); 0 = every gradient on
+        its own.
 
     Raises:
       TypeError, ValueError: a field outside its range (the message names it).
