@@ -212,12 +212,17 @@ class GSNRAggregator(tf.Module):
 
     @sparse_statistics.setter
     def sparse_statistics(self, value) -> None:
+        self._set_option("sparse_statistics", value, "their statistics path")
+
+    def _set_option(self, name: str, value, kept: str) -> None:
+        """Sets the step's option ``name`` (checked by :class:`vrgd_tf.gsnr.GSNROptions`);
+        a ValueError once a step was traced (the steps traced so far keep ``kept``)."""
         if self._traced:
             raise ValueError(
-                f"{self._owner}: `sparse_statistics` must be set before the first step "
-                "(the steps traced so far keep their statistics path)."
+                f"{self._owner}: `{name}` must be set before the first step (the steps "
+                f"traced so far keep {kept})."
             )
-        self._options = dataclasses.replace(self._options, sparse_statistics=value)
+        self._options = dataclasses.replace(self._options, **{name: value})
 
     @property
     def pack_limit(self) -> int:
@@ -232,12 +237,7 @@ class GSNRAggregator(tf.Module):
 
     @pack_limit.setter
     def pack_limit(self, value) -> None:
-        if self._traced:
-            raise ValueError(
-                f"{self._owner}: `pack_limit` must be set before the first step "
-                "(the steps traced so far keep their layout)."
-            )
-        self._options = dataclasses.replace(self._options, pack_limit=value)
+        self._set_option("pack_limit", value, "their layout")
 
     # --- state -----------------------------------------------------------------------------
 

@@ -217,16 +217,18 @@ def validate_split_half_stride(split_half_stride) -> int:
       TypeError: not an int (bools refused).
       ValueError: negative.
     """
-    if isinstance(split_half_stride, bool) or not isinstance(split_half_stride, numbers.Integral):
-        raise TypeError(
-            "`split_half_stride` must be an int >= 0 (0 = no split-half reliability); got "
-            f"{split_half_stride!r} of type {type(split_half_stride).__name__}."
-        )
-    if split_half_stride < 0:
-        raise ValueError(
-            f"`split_half_stride` must be an int >= 0 (0 = off); got {split_half_stride}."
-        )
-    return int(split_half_stride)
+    return _non_negative_int(split_half_stride, "split_half_stride", "no split-half reliability")
+
+
+def _non_negative_int(value, name: str, zero: str) -> int:
+    """``value`` as an int >= 0, or the TypeError (not an int; bools refused) or ValueError
+    (negative) naming ``name`` and what 0 means (``zero``)."""
+    want = f"`{name}` must be an int >= 0 (0 = {zero})"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{want}; got {value!r} of type {type(value).__name__}.")
+    if value < 0:
+        raise ValueError(f"{want}; got {value}.")
+    return int(value)
 
 
 def validate_pack_limit(pack_limit) -> int:
@@ -244,14 +246,7 @@ def validate_pack_limit(pack_limit) -> int:
       TypeError: not an int (bools refused).
       ValueError: negative.
     """
-    if isinstance(pack_limit, bool) or not isinstance(pack_limit, numbers.Integral):
-        raise TypeError(
-            f"`pack_limit` must be an int >= 0 (0 = no packing); got {pack_limit!r} of type "
-            f"{type(pack_limit).__name__}."
-        )
-    if pack_limit < 0:
-        raise ValueError(f"`pack_limit` must be an int >= 0 (0 = no packing); got {pack_limit}.")
-    return int(pack_limit)
+    return _non_negative_int(pack_limit, "pack_limit", "no packing")
 
 
 def noise_rtol(squares_dtype="float32") -> float:
