@@ -236,8 +236,10 @@ def validate_pack_limit(pack_limit) -> int:
     other small dense ones into one buffer (``vrgd_tf.gsnr.layout``).
 
     Args:
-      pack_limit: int >= 0; 0 packs nothing. The values of the step are the same bit for
-        bit whatever it is; only its count of ops changes.
+      pack_limit: int >= 0; 0 packs nothing. The step's outputs (factors, scaled
+        gradients, statistics) and its state are the same bit for bit whatever it is; only
+        its count of ops changes. The weights after the base rule can differ in the last
+        bits where the graph optimizer regroups that rule's ops (docs/spec.md, section 1).
 
     Returns:
       The limit as an int.
