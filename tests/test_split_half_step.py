@@ -273,6 +273,26 @@ class TooFewSamplesWarningTest(tf.test.TestCase):
         self.assertEqual(run(2, True), [])
 
 
+class UndefinedRowTest(tf.test.TestCase):
+    def test_statistics_rows_mark_undefined_and_stay_finite(self):
+        """A row whose reliability is undefined says so (`reliability_defined` False) and
+        keeps finite placeholders (0.0); a defined row reads its recorded values."""
+        variables = [tf.Variable(tf.zeros([5])), tf.Variable(tf.zeros([3]))]
+        aggregator = vrgd_tf.GSNRAggregator(split_half=True)
+        aggregator.build(variables)
+        aggregator.state.split_half[1].assign([0.25, 0.125, 7.0, 1.0])
+        undefined, defined = aggregator.statistics().values()
+        self.assertIs(undefined["reliability_defined"], False)
+        self.assertEqual(
+            [undefined[f] for f in ("reliability", "reliability_correlation")], [0.0, 0.0]
+        )
+        self.assertEqual(undefined["reliability_pairs"], 0)
+        self.assertIs(defined["reliability_defined"], True)
+        self.assertEqual(defined["reliability"], 0.25)
+        self.assertEqual(defined["reliability_correlation"], 0.125)
+        self.assertEqual(defined["reliability_pairs"], 7)
+
+
 # --- real fits on 8 replicas -----------------------------------------------------------------
 
 

@@ -420,8 +420,9 @@ class GSNRAggregator(tf.Module):
                 "halves of >= 2 samples each, split by replica (>= 4 replicas, or >= 2 "
                 "replicas with >= 2 micro-batch groups each: `vrgd_tf.use_micro_batches`), "
                 "and a dense gradient (sparse gradients on the exact rows path are not "
-                "measured). `reliability` stays undefined (`reliability_defined` False, NaN "
-                "in the logs). Train on more replicas or groups, or set `split_half=False`.",
+                "measured). `reliability` stays undefined (`reliability_defined` False and a "
+                "placeholder 0.0 in `vrgd_statistics()`, NaN in the logs). Train on more "
+                "replicas or groups, or set `split_half=False`.",
                 self._owner,
                 report.num_samples,
             )
@@ -516,7 +517,13 @@ class GSNRAggregator(tf.Module):
           variance-reduced summed gradient over the plain one, in [gamma, 1]; 1 when
           ``S1 = 0``); and ``has_gsnr`` (bool, :func:`~vrgd_tf.aggregator.has_gsnr`: whether a recording step
           measured the variable; the rows without are zeros and stay out of the summaries
-          over variables, ``docs/spec.md`` section 4). Empty before :meth:`build`. Values of
+          over variables, ``docs/spec.md`` section 4); and the split-half fields of
+          :data:`vrgd_tf.gsnr.SPLIT_HALF_FIELDS` (``split_half=True``): ``reliability``
+          and ``reliability_correlation`` (floats in [-1, 1]), ``reliability_pairs`` (int)
+          and ``reliability_defined`` (bool; always False with ``split_half=False``). Where
+          ``reliability_defined`` is False the two floats are 0.0, a placeholder, not a
+          measurement (every value in a row stays finite; the logs leave such rows out and
+          their headline reads NaN). Empty before :meth:`build`. Values of
           the last recording step (see ``statistics_interval``) with finite gradients, zeros
           before that. Variable names
           are the variables' paths without the leading scopes that all of them share

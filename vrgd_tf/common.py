@@ -403,8 +403,9 @@ class VRGDCommon:
 
         See :meth:`vrgd_tf.GSNRAggregator.statistics`: ``{variable name: {field: float}}``
         with the fields ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one``,
-        ``mean_factor`` and ``norm_ratio``, and ``has_gsnr`` (bool: whether a recording
-        step measured the variable); empty before the optimizer is built. Logs the inert-step warning
+        ``mean_factor`` and ``norm_ratio``, ``has_gsnr`` (bool: whether a recording
+        step measured the variable) and the split-half fields (``reliability``, a placeholder
+        0.0 where ``reliability_defined`` is False, ...); empty before the optimizer is built. Logs the inert-step warning
         if the recorded step had no defined GSNR in any variable.
         """
         return self._vrgd.statistics()
