@@ -3,7 +3,8 @@
 ops once for all of them. It changes no value: the collectives get the same tensors as
 without it (one per variable, so any strategy sums them in the same order), and the
 gradients, the factor momentum, the diagnostics and the split-half rows are those of the
-unpacked step bit for bit, on 4 logical CPU replicas with ``beta_3 = 0.9``, with and without
+unpacked step bit for bit (outside XLA; under XLA to float32 rounding), on 4 logical CPU
+replicas with ``beta_3 = 0.9``, with and without
 factor transforms, with more than 8 variables and a large one first (a row's position
 changes the last bit of a division by constants). And it is what makes a model of many small
 variables cheap: the step's graph has far fewer ops per variable."""
@@ -271,3 +272,49 @@ class OptimizerTest(tf.test.TestCase):
             optimizer.vrgd_aggregator.pack_limit = 5
         with self.assertRaisesRegex(ValueError, "`pack_limit` must be an int >= 0"):
             vrgd_tf.GSNRAggregator(pack_limit=-2)
+
+
+class XLATest(tf.test.TestCase):
+    def test_under_xla_the_pack_agrees_to_float32_rounding(self):
+        """Under XLA (one device, 4 micro-batch groups: k = 4) the packed step's outputs,
+        diagnostics and factor momentum are the unpacked ones to float32 rounding, not bit for
+        bit: XLA orders a reduction's additions as it fuses it (``vrgd_tf.gsnr.packing``).
+        Both agree with the step outside XLA."""
+        import vrgd_tf
+
+        groups, shapes = 4, [(8, 2), (33,), (5,)]
+
+        def run(limit, parts, jit):
+            variables = [tf.Variable(tf.zeros(s)) for s in shapes]
+            aggregator = vrgd_tf.GSNRAggregator(beta_3=0.9, pack_limit=limit)
+            aggregator.build(variables)
+
+            @tf.function(jit_compile=jit)
+            def step(parts):
+                grads = [tf.reduce_sum(p, 0) for p in parts]
+                squares = [tf.reduce_sum(tf.square(p), 0) for p in parts]
+                return aggregator(grads, variables, sq_sums=squares, num_groups=groups)
+
+            for _ in range(2):  # the second step reads the factor momentum
+                outputs = step([tf.constant(p) for p in parts])
+            state = aggregator.state
+            return [o.numpy() for o in outputs] + [
+                v.numpy() for v in list(state.statistics) + list(state.deficits)
+            ]
+
+        rng = np.random.RandomState(0)
+        for seed in range(3):
+            parts = [
+                (rng.randn(1, *s) + rng.randn(groups, *s) * 10.0 ** rng.uniform(-1, 1, s))
+                for s in shapes
+            ]
+            parts = [p.astype(np.float32) for p in parts]
+            eager = run(0, parts, jit=False)
+            self.assertGreater(len(eager), 0)
+            for limit in (0, layout_lib.PACK_LIMIT):
+                for i, (x, y) in enumerate(zip(run(limit, parts, jit=True), eager)):
+                    self.assertAllClose(
+                        x, y, rtol=1e-5, atol=1e-6, msg=f"seed {seed}, limit {limit}, value {i}"
+                    )
+            # The step did something: some factor is below 1.
+            self.assertLess(np.min(eager[0] / np.sum(parts[0], 0)), 1.0)

@@ -120,7 +120,8 @@ class GSNRAggregator(tf.Module):
       pack_limit: int >= 0, default :data:`vrgd_tf.gsnr.PACK_LIMIT` (16384): the dense
         gradients of at most this many elements are computed on as one buffer after the
         all-reduce (fewer ops per step for many small variables, the same values bit for
-        bit; 0 packs none, for comparisons and benchmarks). Also settable as the attribute before the
+        bit outside XLA, to float32 rounding under XLA: ``docs/spec.md`` section 1; 0
+        packs none, for comparisons and benchmarks). Also settable as the attribute before the
         first step.
       owner: str, the name used in warnings (the optimizer's class). Default the name.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state

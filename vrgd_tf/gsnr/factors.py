@@ -52,7 +52,7 @@ def clip(x, low, high=1.0) -> tf.Tensor:
 def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
     """The factor ``clip(r / mean(r), gamma, 1)`` of one variable (eqs. 7 to 9), or of
     each variable of a packed block (``sizes``; ``vrgd_tf.gsnr.packing``: the same values
-    bit for bit as each variable alone).
+    bit for bit as each variable alone, outside XLA).
 
     Args:
       s1: float32 ``[size]``, ``S1 = sum_d x_d`` over the ``k`` samples.

@@ -21,7 +21,7 @@ collectives carry one tensor per entry, as without blocks). A block is one entry
 scales, small kernels), its sums flattened and concatenated in entry order. A stage then
 runs its element-wise ops once over the pack instead of once per small variable, and only its
 per-variable sums are taken per variable (one ``reduce_sum`` per piece of the pack, the
-same values bit for bit as on the variable alone: ``vrgd_tf.gsnr.packing``). On a CPU or GPU
+same values bit for bit as on the variable alone outside XLA: ``vrgd_tf.gsnr.packing``). On a CPU or GPU
 each op costs a few microseconds whatever its size, so a model of many small variables paid
 mostly for op dispatch (``docs/results.md``).
 """

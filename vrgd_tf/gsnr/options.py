@@ -237,7 +237,8 @@ def validate_pack_limit(pack_limit) -> int:
 
     Args:
       pack_limit: int >= 0; 0 packs nothing. The step's outputs (factors, scaled
-        gradients, statistics) and its state are the same bit for bit whatever it is; only
+        gradients, statistics) and its state are the same bit for bit whatever it is
+        (outside XLA; under XLA to float32 rounding, ``vrgd_tf.gsnr.packing``); only
         its count of ops changes. The weights after the base rule can differ in the last
         bits where the graph optimizer regroups that rule's ops (docs/spec.md, section 1).
 
@@ -277,9 +278,9 @@ class GSNROptions:
         aggregator sets its ``statistics_interval`` when ``split_half=True``).
       pack_limit: int >= 0, dense gradients of at most this many elements share one
         buffer in the step (:data:`vrgd_tf.gsnr.PACK_LIMIT`, the default): fewer
-        ops, the same step outputs and state bit for bit (the base rule applied after
-        them may round differently: ``docs/spec.md`` section 1); 0 = every gradient on
-        its own.
+        ops, the same step outputs and state bit for bit outside XLA, to float32
+        rounding under XLA (the base rule applied after them may round differently:
+        ``docs/spec.md`` section 1); 0 = every gradient on its own.
 
     Raises:
       TypeError, ValueError: a field outside its range (the message names it).

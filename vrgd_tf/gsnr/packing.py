@@ -6,7 +6,11 @@ takes two forms:
 
 * a per-variable sum (:func:`sums`) is one ``reduce_sum`` over each variable's piece of the
   buffer (one ``Split`` of it): the same reduction, in the same order, as over the variable's
-  own tensor, so every value is the unpacked one bit for bit;
+  own tensor, so every value is the unpacked one bit for bit (outside XLA: under XLA,
+  ``jit_compile=True`` or a TPU, the order in which a reduction adds depends on how XLA
+  fuses it, and ``vrgd_tf.gsnr.reductions`` takes a variable's sums in one variadic
+  ``Reduce``, so packed and unpacked values agree to float32 rounding, a few ulp, not
+  bit for bit: ``tests/test_packing.py``);
 * a per-variable value used element-wise (a mean, a bound, a divisor: ``[v]``) is spread
   over the buffer by :func:`per_element` (one ``Gather`` by each element's variable index,
   made at run time from the ``v`` offsets: the graph holds no constant of the buffer's

@@ -344,7 +344,8 @@ def variance_reduce(
     The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
     ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable; after the
     collectives the sums of the dense gradients of at most ``pack_limit`` elements are
-    computed on as one buffer, ``vrgd_tf.gsnr.layout``, the same values bit for bit), this
+    computed on as one buffer, ``vrgd_tf.gsnr.layout``, the same values bit for bit
+    outside XLA), this
     replica's
     count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
     path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
