@@ -138,6 +138,17 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsInstance(via_keras, cls)
         self.assertEqual(via_keras.get_config(), config)
 
+    def test_string_identifiers(self):
+        """docs/guide.md: the registered name is an optimizer identifier (with its
+        defaults); the bare class name and Model Garden's type name are not."""
+        for cls in (vrgd_tf.VRGDLamb, vrgd_tf.VRGDLars, vrgd_tf.VRGDSGD, vrgd_tf.VRGDAdam):
+            got = keras.optimizers.get(f"vrgd_tf>{cls.__name__}")
+            self.assertIsInstance(got, cls)
+            self.assertEqual(got.get_config(), cls().get_config())
+        for name in ("VRGDLamb", "vrgd_lamb"):
+            with self.assertRaisesRegex(ValueError, "Could not interpret optimizer identifier"):
+                keras.optimizers.get(name)
+
     def test_save_and_load_model_without_custom_objects(self):
         x, y, w0 = linear_problem()
         strategy = util.strategy_for(2)
