@@ -108,12 +108,17 @@ class SettingsTest(tf.test.TestCase):
                 squares_dtype="bfloat16",
                 split_half=False,
                 sparse_statistics="rows",
+                pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
                 name="agg",
             ),
         )
         self.assertEqual(
             vrgd_tf.GSNRAggregator.from_config(agg.get_config()).settings, agg.settings
         )
+        # pack_limit, settable until the first step, survives the round trip (it used to
+        # be left out: an aggregator made from the config packed at the default).
+        agg.pack_limit = 0
+        self.assertEqual(vrgd_tf.GSNRAggregator.from_config(agg.get_config()).pack_limit, 0)
         self.assertEqual(vrgd_tf.GSNRAggregator(settings=agg.settings).beta_3, 0.5)
         params = inspect.signature(vrgd_tf.GSNRAggregator).parameters
         self.assertEqual(list(params)[:3], ["gamma", "beta_3", "statistics_interval"])

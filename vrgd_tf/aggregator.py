@@ -548,11 +548,14 @@ class GSNRAggregator(tf.Module):
 
     def get_config(self) -> dict:
         """The config-key settings (:data:`vrgd_tf.settings.CONFIG_KEYS`),
-        ``sparse_statistics`` and ``name``: the constructor's serializable arguments
-        (:meth:`from_config` inverts it). With ``factor_transforms``, which it leaves out,
+        ``sparse_statistics``, ``pack_limit`` and ``name``: the constructor's serializable
+        arguments (:meth:`from_config` inverts it). With ``factor_transforms``, which it leaves out,
         the first call logs a warning (:meth:`settings_config`)."""
         return dict(
-            self.settings_config(), sparse_statistics=self.sparse_statistics, name=self.name
+            self.settings_config(),
+            sparse_statistics=self.sparse_statistics,
+            pack_limit=self.pack_limit,
+            name=self.name,
         )
 
     def settings_config(self) -> dict:
