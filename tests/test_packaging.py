@@ -29,7 +29,7 @@ CHILD = r"""
 import os, sys
 venv = sys.argv[1]
 import vrgd_tf
-from vrgd_tf import devices
+devices = vrgd_tf.devices  # an attribute after `import vrgd_tf`, as the guide and errors spell it
 assert os.path.realpath(vrgd_tf.__file__).startswith(os.path.realpath(venv)), vrgd_tf.__file__
 for name in ("digits_large_batch", "prepare_model_garden_data", "harness", "shared", "studylib"):
     try:

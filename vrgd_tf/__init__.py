@@ -33,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
+from vrgd_tf import devices  # noqa: E402,F401  (vrgd_tf.devices.cpu_strategy, as docs say)
 from vrgd_tf.aggregator import GSNRAggregator  # noqa: E402
 from vrgd_tf.summaries import unwrap_optimizer, vrgd_statistics  # noqa: E402
 
