@@ -2,9 +2,11 @@
 
 The VRGD optimizers of both families hold one and call it where their base optimizer would
 sum the replicas' gradients. It can equally serve a custom training loop, or the cross-replica
-aggregation of any optimizer that takes gradients already summed (Keras 3
-``apply_gradients`` under ``strategy.run`` after summing them yourself, a tf_keras optimizer
-with ``experimental_aggregate_gradients=False``, Model Garden's optimizer factory).
+aggregation of an optimizer that takes gradients already summed (a tf_keras optimizer with
+``experimental_aggregate_gradients=False``, Model Garden's optimizer factory). A Keras 3
+optimizer always all-reduces in ``apply`` (given the aggregator's output under several
+replicas it raises ``ValueError``): make its VRGD class with
+:func:`vrgd_tf.make_vrgd_optimizer` instead.
 
 The math is :func:`vrgd_tf.gsnr.variance_reduce` (paper arXiv 2309.13681, Algorithm 1 and
 eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step counter and its

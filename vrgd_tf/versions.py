@@ -19,7 +19,7 @@ of when each exists, read from each release's installed sources (also in ``setup
 
 TensorFlow 2.16 is the first release whose ``tf.keras`` is Keras 3; TensorFlow 2.20 needs
 Keras >= 3.10, TensorFlow 2.21 Keras >= 3.12 (their wheels' requirements). The tf_keras
-family and Model Garden (the ``model_garden`` extra) need TensorFlow 2.20 exactly, as
+family and Model Garden (the ``model-garden`` extra) need TensorFlow 2.20 exactly, as
 ``tf-models-official==2.20.0`` and ``tf-keras~=2.20.0`` do.
 """
 
@@ -73,6 +73,6 @@ def check_keras3(tensorflow_version: str, keras_version: str) -> None:
             f"vrgd_tf's Keras 3 optimizers support {SUPPORTED} (Python 3.9-3.13); this "
             f"environment has {' and '.join(problems)}. Install a supported pair, e.g. "
             f'`pip install "tensorflow>={MIN_TENSORFLOW[0]}.{MIN_TENSORFLOW[1]}" '
-            f'"keras>={MIN_KERAS[0]}.{MIN_KERAS[1]}"`, or `pip install vrgd_tf` for the '
-            "pinned range."
+            f'"keras>={MIN_KERAS[0]}.{MIN_KERAS[1]}"`, or `pip install .` in vrgd_tf\'s checkout for the '
+            "tested range."
         )

@@ -7,10 +7,11 @@ mixin, as :func:`~vrgd_tf.make_vrgd_optimizer` does for any other class: the GSN
 :mod:`vrgd_tf.gsnr` replaces the cross-replica SUM.
 
 Low-precision (bfloat16, float16) variables: ``Lamb``, ``Lars`` and their VRGD classes
-compute the update in float32 (float32 slots) and cast it back; ``VRGDSGD`` computes in the
-variable's dtype, which works for its rule; ``VRGDAdam`` raises ``ValueError`` at ``build``
-for such a variable (Keras' Adam computes in the variable's dtype, where ``beta_2 = 0.999``
-is 1.0 in bfloat16 and ``(1 - beta_2) * g**2`` underflows in float16). The check is
+compute the update in float32 (float32 slots) and cast it back; ``VRGDSGD`` and ``VRGDAdam``
+compute in the variable's dtype and raise ``ValueError`` at ``build`` when a hyper-parameter
+fails there (a decay rate that rounds to 1.0, e.g. Adam's default ``beta_2 = 0.999`` in
+bfloat16, a momentum of 0.999 too; an ``epsilon`` that rounds to 0; any Adam second moment in
+float16, where ``(1 - beta_2) * g**2`` underflows). The check is
 ``vrgd_tf.validation.check_variable_dtypes``; mixed-precision policies keep float32
 variables and are unaffected.
 

@@ -205,8 +205,9 @@ class VRGDSGD(_KerasVRGDMixin, keras.optimizers.SGD):
 class VRGDAdam(_KerasVRGDMixin, keras.optimizers.Adam):
     """VR-Adam (Section 4.2): `keras.optimizers.Adam` (`learning_rate`, `beta_1`, `beta_2`,
     `epsilon`, `amsgrad`, ...) with the factor applied before the moment estimates.
-    float32/float64 variables: for bfloat16 or float16 ones, `build` raises ValueError
-    (Keras' Adam computes in the variable's dtype).
+    Keras' Adam computes in the variable's dtype: for a bfloat16 or float16 variable,
+    `build` raises ValueError when a hyper-parameter fails there (the default
+    `beta_2=0.999` rounds to 1.0 in bfloat16; float16 cannot hold the second moment).
     """
 
 

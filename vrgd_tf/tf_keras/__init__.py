@@ -3,7 +3,7 @@
 ``VRGDSGD``, ``VRGDAdam``, ``VRGDLars``, ``VRGDLamb`` and ``make_vrgd_optimizer``, built on
 ``tf_keras.optimizers.legacy`` and Model Garden's LARS / LAMB. What they are built on, how the
 GSNR step plugs in, loss scaling, low-precision variables and checkpoint slots: see
-:mod:`vrgd_tf.tf_keras.optimizers`, where the classes live. Needs the ``model_garden`` extra
+:mod:`vrgd_tf.tf_keras.optimizers`, where the classes live. Needs the ``model-garden`` extra
 (``tf-models-official``, ``tf-keras``). The diagnostics callbacks for tf_keras ``fit``:
 ``GSNRLogger`` and ``GSNRTensorBoard`` (:mod:`vrgd_tf.summaries`, there named
 ``TfKerasGSNRLogger`` and ``TfKerasGSNRTensorBoard``).

@@ -24,7 +24,7 @@ checkpoints key it like the base optimizer's slots; ``_VRGDSlotsMixin`` makes ev
 slot creation (``add_slot``, also called by checkpoint and SavedModel restores) give it its
 designed shape and kind.
 
-Needs the ``model_garden`` extra (``tf-models-official``, ``tf-keras``).
+Needs the ``model-garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
 import tensorflow as tf
