@@ -146,6 +146,41 @@ class FactorTransformTest(tf.test.TestCase):
         strategy.run(fn)
         self.assertEqual(sorted(set(seen)), [(0, (6,)), (1, (5,))])
 
+    def test_a_step_without_a_noise_estimate_is_the_base_step_with_transforms_too(self):
+        """docs/spec.md sections 1 and 2: a step without a noise estimate (identical
+        replicas; one replica without examples) is the base step, factor 1, as on one
+        replica, where the transforms are not called. They used to transform its factor."""
+
+        def halve(factor, context):
+            return factor * 0.5
+
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            a = tf.Variable(tf.zeros([3, 2]))
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.0, factor_transforms=[halve])
+            agg.build([a])
+
+        @tf.function
+        def step(per_replica):
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                return agg([tf.gather(per_replica, rid)], [a])[0]
+
+            return strategy.run(fn)
+
+        g = np.arange(1.0, 7.0, dtype=np.float32).reshape(3, 2)
+        for name, per_replica in (
+            ("identical", np.stack([g, g])),
+            ("one replica without examples", np.stack([g, np.zeros_like(g)])),
+        ):
+            with self.assertLogs("vrgd_tf", level="WARNING"):
+                out = strategy.experimental_local_results(step(tf.constant(per_replica)))[0]
+                agg.statistics()
+            self.assertAllEqual(out, per_replica.sum(0), msg=name)
+        noisy = np.stack([g, g * np.array([[1.0, 3.0]] * 3, np.float32)])
+        out = strategy.experimental_local_results(step(tf.constant(noisy)))[0]
+        self.assertLess(float(np.max(out.numpy() / noisy.sum(0))), 0.51)  # a GSNR: halved
+
     def test_scalar_transform_from_the_docstring_scales_by_the_norm_ratio(self):
         """The GSNRAggregator docstring's example: one number per variable, the update norm
         ratio ||f * S1|| / ||S1|| of the GSNR factor f."""

@@ -105,6 +105,47 @@ class IdenticalReplicasTest(tf.test.TestCase):
         self.assertLen(inert_warnings(logs), 1)
         self.assertTrue(all(s["frac_at_one"] == 1.0 for s in stats.values()))
 
+    def test_after_a_gsnr_step_an_identical_step_is_the_base_step(self):
+        """docs/spec.md section 2: replicas that send identical gradients give no noise
+        estimate, so the base step runs unchanged: factor 1 (not the beta_3 momentum of the
+        earlier factors) and the factor state untouched. It used to apply the momentum's
+        p_hat < 1 and advance the state while warning that the step was the base's."""
+        init, grads = make_problem(2, seed=3, steps=1)
+        names = sorted(init)
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            variables = [tf.Variable(init[n], name=n) for n in names]
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
+            agg.build(variables)
+        distinct = [tf.constant(grads[n][0]) for n in names]  # [replica, ...] per variable
+        same = [tf.constant(np.repeat(grads[n][0][:1], 2, axis=0)) for n in names]
+
+        @tf.function
+        def step(per_replica):
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                return agg([tf.gather(c, rid) for c in per_replica], variables)
+
+            return strategy.run(fn)
+
+        def state():
+            return [util.replica_values(v)[0] for v in agg.state.deficits + agg.state.corrections]
+
+        first = strategy.experimental_local_results(step(distinct))[0]
+        shrunk = [
+            np.abs(u.numpy()) < 0.99 * np.abs(g.numpy().sum(0)) for u, g in zip(first, distinct)
+        ]
+        self.assertTrue(any(np.any(x) for x in shrunk))  # the first step had a GSNR
+        before = state()
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            second = step(same)
+            agg.statistics()
+        self.assertLen(inert_warnings(logs), 1)
+        for got, g in zip(strategy.experimental_local_results(second)[0], same):
+            self.assertAllEqual(got, g.numpy().sum(0))  # the plain sum, bit for bit
+        for a, b in zip(state(), before):
+            self.assertAllEqual(a, b)
+
     def test_distinct_gradients_do_not_warn(self):
         init, grads = make_problem(2, seed=1, steps=2)
         logger = logging.getLogger("vrgd_tf")

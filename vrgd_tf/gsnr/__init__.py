@@ -22,11 +22,14 @@ optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for 
 
 With ``beta_3 > 0`` the factor is smoothed per element before use (``smoothing``).
 Undefined statistics give factor 1 (spec section 2): a step with fewer than 2 samples that
-contributed a nonzero gradient is the base step; elements whose variance is not resolvable
-in float32 (``s2 <= NOISE_RTOL * k * mean(x**2)``, including identical and all-zero
-gradients) or whose statistics are not finite get factor 1 and are left out of ``mean(r)``;
+contributed a nonzero gradient, or in which no element of any variable has a defined GSNR,
+is the base step; elements whose variance is not resolvable in float32
+(``s2 <= NOISE_RTOL * k * mean(x**2)``; with ``squares_dtype="bfloat16"`` ``2**-8`` instead
+of ``NOISE_RTOL``; including identical and all-zero gradients) or whose statistics are not finite get factor 1 and are left out of ``mean(r)``;
 a variable with no defined element, or whose ``mean(r)`` is 0 or not finite, gets factor 1.
-All arithmetic is float32 whatever the variable dtype; the result has the gradient's dtype.
+The statistics and the factor are float32 whatever the variable dtype; the result has the
+gradient's dtype (float64 gradients are also summed in float64, and ``u`` is the float64
+``f * S1``).
 
 The step is a composition of small stages, each a module of this package:
 

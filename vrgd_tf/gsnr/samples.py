@@ -9,7 +9,7 @@ it sums without the pack (in any strategy's order); a packed block's sums are it
 returned sums concatenated, after the collectives.
 :class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
-Contributing samples (spec section 2): a replica contributes its ``m`` micro-batch samples
+Contributing samples (spec section 1): a replica contributes its ``m`` micro-batch samples
 when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN;
 :func:`any_nonzero`); a replica without examples (the last short batch without
 ``drop_remainder=True``) sends zeros and does not count. The count travels in the first

@@ -200,28 +200,41 @@ def _report(layout, summed, raw, plan) -> StepReport:
     return StepReport(layout.num_samples, summed.count, active, finite, inert, plan is not None)
 
 
+def _measured(report) -> tf.Tensor:
+    """Scalar bool: the step has a noise estimate (at least 2 samples, and some element of
+    some variable with a defined GSNR); without one it is the base step (spec section 2)."""
+    return tf.logical_and(report.active, tf.logical_not(report.inert))
+
+
 def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
-    """The factors after the momentum (``beta_3 > 0``; the state is committed on a finite
-    step with a GSNR), else the raw factors."""
+    """The factors after the momentum (``beta_3 > 0``), else the raw factors. A step
+    without a noise estimate (fewer than 2 samples, or no element of any variable with a
+    defined GSNR: ``report.inert``) applies factor 1 and leaves the state as it is (spec
+    section 2: the base step); the state is committed on a finite step with a GSNR."""
     if options.beta_3 == 0.0:
         return _Factors(raw, [f.factor for f in raw], None)
     beta_3, gamma = options.beta_3, options.gamma
     previous = state_lib.read(layout, state, summed.rows)
-    corrections = [smoothing.next_correction(c, beta_3) for c in previous.corrections]
+    measured = _measured(report)
+    corrections = [  # c_t = Inf: p_hat = 1 exactly (also for a sparse entry's untouched rows)
+        tf.where(measured, smoothing.next_correction(c, beta_3), _INF) for c in previous.corrections
+    ]
     applied, deficits = [], []
     for b, f, d, c in zip(layout.blocks, raw, previous.deficits, corrections):
-        c = packing.per_element(tf.where(report.active, c, _INF), _pieces(b))
+        c = packing.per_element(c, _pieces(b))
         p_hat, new_deficit = smoothing.smooth(f.factor, d, c, beta_3, gamma)
         applied.append(p_hat)
         deficits.append(new_deficit)
-    predicate = tf.logical_and(report.finite, report.active)
+    predicate = tf.logical_and(report.finite, measured)
     state_lib.commit(layout, state, deficits, corrections, summed.rows, beta_3, predicate)
     return _Factors(raw, applied, corrections)
 
 
-def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
+def _transformed(layout, summed, factors, report, variables, options, step) -> _Factors:
     """The factors with ``applied`` after ``options.factor_transforms``
-    (:class:`FactorContext`), called variable by variable in the order of the gradients."""
+    (:class:`FactorContext`), called variable by variable in the order of the gradients;
+    on a step without a noise estimate the factor stays 1 (the base step, as on one
+    replica, where the transforms are not called)."""
     if not options.factor_transforms:
         return factors
     pieces = {}  # position -> (factor, S1, S2) of the variable
@@ -235,7 +248,11 @@ def _transformed(layout, summed, factors, variables, options, step) -> _Factors:
             e.position, variables[e.position], s1, s2, layout.num_samples, step
         )
         out[e.position] = factors_lib.transform(options.factor_transforms, a, context)
-    applied = [packing.concat([out[e.position] for e in b.entries]) for b in layout.blocks]
+    measured = _measured(report)
+    applied = [
+        tf.where(measured, packing.concat([out[e.position] for e in b.entries]), a)
+        for b, a in zip(layout.blocks, factors.applied)
+    ]
     return factors._replace(applied=applied)
 
 
@@ -359,7 +376,7 @@ def variance_reduce(
     statistics and its rows go into the first all-reduce as the strategy's sparse SUM.
 
     ``k`` counts only the samples that contributed a nonzero gradient (a replica without
-    examples sends zeros; spec section 2). A step with fewer than 2 of them, like a step
+    examples sends zeros; spec section 1). A step with fewer than 2 of them, like a step
     of one sample, is the base step: factor 1, the momentum state unchanged, zeros recorded
     as its diagnostics; the report says so (``report.too_few_samples``). Otherwise the
     factors of all variables (``vrgd_tf.gsnr.factors.factor``) are smoothed if
@@ -434,7 +451,7 @@ def variance_reduce(
     raw = _factors(layout, summed, options)
     report = _report(layout, summed, raw, plan)
     factors = _smoothed(layout, state, summed, raw, report, options)
-    factors = _transformed(layout, summed, factors, variables, options, step)
+    factors = _transformed(layout, summed, factors, report, variables, options, step)
     report = _with_transforms_finite(report, factors, options)
     _record(layout, state, summed, plan, factors, report, record_statistics, options)
     return ReducedGradients(_outputs(layout, summed, factors.applied), report)
