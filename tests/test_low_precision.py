@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+import vrgd_tf
 from vrgd_tf import optimizers as k3
 from vrgd_tf import tf_keras as vtk
 
@@ -311,3 +312,39 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
                 got.append(var.numpy())
             self.assertTrue(np.all(np.isfinite(got[1])))
             self.assertAllEqual(got[1], got[0])
+
+
+class Float64SparseTest(tf.test.TestCase, parameterized.TestCase):
+    """float64 sparse gradients (docs/spec.md section 1: gamma = 1 is exact for float64):
+    the rows reach the base in float64. They used to be rounded to float32 (the exact-rows
+    all-gather packs float32; the dense-statistics path scaled them in float32)."""
+
+    @parameterized.parameters("rows", "dense")
+    def test_gamma_one_hands_over_the_float64_rows(self, sparse_statistics):
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            var = tf.Variable(np.zeros((5, 2)), dtype=tf.float64, name="table")
+            agg = vrgd_tf.GSNRAggregator(gamma=1.0, beta_3=0.0, sparse_statistics=sparse_statistics)
+            agg.build([var])
+        values = np.array([[[1 + 1e-12, 2.0], [3.0, -1e-13]], [[0.5, 1 - 1e-12], [7.0, 1e-9]]])
+        indices = np.array([[0, 3], [3, 4]])
+
+        @tf.function
+        def step():
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                g = tf.IndexedSlices(
+                    tf.gather(tf.constant(values), rid),
+                    tf.gather(tf.constant(indices), rid),
+                    tf.constant([5, 2]),
+                )
+                return tf.convert_to_tensor(agg([g], [var])[0])
+
+            return strategy.run(fn)
+
+        got = strategy.experimental_local_results(step())[0].numpy()
+        expected = np.zeros((5, 2))
+        for r in range(2):
+            np.add.at(expected, indices[r], values[r])
+        self.assertEqual(got.dtype, np.float64)
+        self.assertAllEqual(got, expected)

@@ -114,8 +114,8 @@ class GSNRAggregator(tf.Module):
       sparse_statistics: ``"rows"`` (default) or ``"dense"``, the statistics path of
         ``tf.IndexedSlices`` gradients (spec section 4): ``"rows"`` takes exact statistics
         on the rows some replica touched, with one all-gather and nothing of the variable's
-        dense shape (where the indices have a static length and no micro-batch squares are
-        handed over; otherwise the dense form); ``"dense"`` always the statistics of the
+        dense shape (where the indices have a static length, the values are not float64
+        and no micro-batch squares are handed over; otherwise the dense form); ``"dense"`` always the statistics of the
         dense form, all-reduced with the dense gradients (the same numbers, to float
         rounding; for comparisons and benchmarks). Also settable as the attribute before
         the first step, e.g. ``optimizer.vrgd_aggregator.sparse_statistics = "dense"``.

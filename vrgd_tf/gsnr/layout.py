@@ -10,8 +10,8 @@ Paths (spec sections 1 and 4):
 * ``FLOAT64``: a dense float64 gradient; float32 statistics, and ``S1`` also summed in
   float64 so the output is ``f * S1`` with the base's own sum.
 * ``SPARSE_ROWS``: a ``tf.IndexedSlices`` with exact statistics on the rows some replica
-  touched (one all-gather): :func:`rows_apply` holds, no squares were handed over and the
-  option ``sparse_statistics="rows"``.
+  touched (one all-gather): :func:`rows_apply` holds, the values are not float64, no
+  squares were handed over and the option ``sparse_statistics="rows"``.
 * ``SPARSE_DENSE``: any other ``tf.IndexedSlices``: the statistics of its dense form, its
   rows summed by the strategy's own sparse SUM.
 
@@ -185,7 +185,10 @@ def _dense_shape(grad, variable) -> tf.TensorShape:
 
 def _path(grad, variable, squares_given, sparse_statistics) -> str:
     if isinstance(grad, tf.IndexedSlices):
+        # float64 rows take the dense-statistics path: the exact-rows all-gather carries
+        # float32 values, the strategy's own sparse SUM the float64 ones (spec section 1).
         rows = sparse_statistics == "rows" and not squares_given
+        rows = rows and grad.values.dtype != tf.float64
         return SPARSE_ROWS if rows and rows_apply(grad, variable) else SPARSE_DENSE
     return FLOAT64 if grad.dtype == tf.float64 else DENSE
 

@@ -149,13 +149,22 @@ def scale_rows(summed, factor):
       factor: float32, the variable's dense shape.
 
     Returns:
-      The same kind as ``summed``, its dtype; every row multiplied by its factor row.
+      The same kind as ``summed``, its dtype; every row multiplied by its factor row (in
+      float64 for float64 values, so that factor 1 hands them over exactly; else float32).
     """
     if isinstance(summed, tf.IndexedSlices):
         rows = tf.gather(factor, summed.indices)
-        values = tf.cast(tf.cast(summed.values, tf.float32) * rows, summed.values.dtype)
+        values = _scaled(summed.values, rows)
         return tf.IndexedSlices(values, summed.indices, summed.dense_shape)
-    return tf.cast(factor * tf.cast(summed, tf.float32), summed.dtype)
+    return _scaled(summed, factor)
+
+
+def _scaled(values, factor):
+    """``factor * values`` in ``values``' dtype, computed in float64 for float64 values and
+    in float32 otherwise."""
+    if values.dtype == tf.float64:
+        return tf.cast(factor, tf.float64) * values
+    return tf.cast(factor * tf.cast(values, tf.float32), values.dtype)
 
 
 def dense_gradient(grad) -> tf.Tensor:
