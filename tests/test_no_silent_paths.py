@@ -146,6 +146,30 @@ class IdenticalReplicasTest(tf.test.TestCase):
         for a, b in zip(state(), before):
             self.assertAllEqual(a, b)
 
+    def test_an_inert_step_reads_factor_one_exactly_with_many_variables(self):
+        """The fractions of an inert step are 1 exactly, so the reader's inert check (the
+        only warning under XLA) holds. With 8 packed variables the division by the sizes,
+        folded into a product with a vectorised reciprocal, gave 0.99999994."""
+        shapes = [(4,), (2,), (1,), (5,), (3,), (6,), (7,), (9,)]
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            variables = [tf.Variable(np.zeros(s, np.float32)) for s in shapes]
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg.build(variables)
+        grads = [tf.constant(np.arange(1.0, np.prod(s) + 1.0, dtype=np.float32)) for s in shapes]
+
+        @tf.function
+        def step():
+            return strategy.run(lambda: agg(grads, variables))  # the same on every replica
+
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            step()
+            stats = agg.statistics()
+        self.assertLen(inert_warnings(logs), 1)
+        for name, row in stats.items():
+            for field in ("frac_at_one", "mean_factor", "norm_ratio"):
+                self.assertEqual(row[field], 1.0, (name, field))
+
     def test_distinct_gradients_do_not_warn(self):
         init, grads = make_problem(2, seed=1, steps=2)
         logger = logging.getLogger("vrgd_tf")

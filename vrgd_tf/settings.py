@@ -119,8 +119,8 @@ class VRGDSettings:
         gsnr.validate_factor_transforms,
         "sequence of callables ``fn(factor, context) -> factor`` applied in order to each "
         "variable's flat float32 factor, after any smoothing and before it multiplies the "
-        "summed gradient, on the steps with a noise estimate (on the others the factor stays "
-        "1: the base step; research and custom rules; ``context`` is a "
+        "summed gradient, on the steps with a noise estimate (on the others they still run, "
+        "but the factor stays 1: the base step; research and custom rules; ``context`` is a "
         ":class:`vrgd_tf.gsnr.FactorContext`; example: :class:`vrgd_tf.GSNRAggregator`). "
         "Each must take two positional arguments (checked at construction) and return one "
         "real value per element of the factor (checked when the step is traced: "

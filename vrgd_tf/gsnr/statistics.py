@@ -171,13 +171,20 @@ def statistics(
     return tf.stack(
         [
             mean_ratio,
-            at_gamma / size_f,
-            at_one / size_f,
-            applied_sum / size_f,
+            _per_element(at_gamma, size_f),
+            _per_element(at_one, size_f),
+            _per_element(applied_sum, size_f),
             tf.minimum(norm_ratio, 1.0),
         ],
         axis=1,
     )
+
+
+def _per_element(total, size_f) -> tf.Tensor:
+    """``total / size_f``, exactly 1 where ``total == size_f`` (every element at factor 1:
+    the reader's inert check compares with 1; the division, folded into a product with
+    the sizes' vectorised reciprocal, may miss it by one ulp)."""
+    return tf.where(tf.equal(total, size_f), 1.0, total / size_f)
 
 
 def gsnr_factors_flat(
