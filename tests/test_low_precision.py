@@ -263,10 +263,6 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(w, [-0.61, -0.1 * 20e-3, -0.57, -0.1 * 4e-3], rtol=2e-3, msg=family)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class Float64Test(tf.test.TestCase, parameterized.TestCase):
     """float64 variables: S1 is summed in float64, so gamma = 1 is the base bit for bit, and a
     finite gradient beyond float32's range stays finite (it became NaN when S1 was packed in
@@ -348,3 +344,7 @@ class Float64SparseTest(tf.test.TestCase, parameterized.TestCase):
             np.add.at(expected, indices[r], values[r])
         self.assertEqual(got.dtype, np.float64)
         self.assertAllEqual(got, expected)
+
+
+if __name__ == "__main__":
+    tf.test.main()
