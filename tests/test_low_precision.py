@@ -309,6 +309,37 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
             self.assertTrue(np.all(np.isfinite(got[1])))
             self.assertAllEqual(got[1], got[0])
 
+    def test_beyond_float32_range_the_variable_gets_factor_one(self):
+        """A float64 gradient beyond float32's range has no float32 statistics: that
+        variable's factor is 1 on the step (the base's step, docs/spec.md section 1) and the
+        other variable keeps its GSNR factor; the step counts as not finite."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            huge = tf.Variable(np.zeros(2), dtype=tf.float64, name="huge")
+            small = tf.Variable(np.zeros(3), dtype=tf.float64, name="small")
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg.build([huge, small])
+        grads = {
+            "huge": np.array([[0.5, 1e40], [0.25, -3e40]]),
+            "small": np.array([[1.0, 1.0, 1.0], [1.1, 0.5, -0.5]]),
+        }
+
+        @tf.function
+        def step():
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                g = [tf.gather(tf.constant(grads[n]), rid) for n in ("huge", "small")]
+                return [tf.convert_to_tensor(u) for u in agg(g, [huge, small])]
+
+            return strategy.run(fn)
+
+        out = [strategy.experimental_local_results(o)[0].numpy() for o in step()]
+        self.assertAllEqual(out[0], grads["huge"].sum(axis=0))
+        # GSNR S1**2 / (2 S2 - S1**2): 441, 9, 1/9; mean 150; factors 1, 0.1, 0.1.
+        self.assertAllClose(out[1], [2.1, 0.15, 0.05], rtol=1e-6)
+        # Not a finite step: the diagnostics keep the values before any recording step.
+        self.assertEqual(agg.statistics()["small"]["mean_factor"], 0.0)
+
 
 class Float64SparseTest(tf.test.TestCase, parameterized.TestCase):
     """float64 sparse gradients (docs/spec.md section 1: gamma = 1 is exact for float64):
