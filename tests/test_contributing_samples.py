@@ -168,6 +168,36 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         for a, b in zip(four, two):
             self.assertAllClose(a, b, rtol=1e-5, atol=1e-6)
 
+    @parameterized.parameters("rows", "dense")
+    def test_sparse_rows_contribute_by_their_squares_as_dense_gradients_do(self, mode):
+        """A replica contributes when some square is nonzero (spec section 1) on both sparse
+        paths: rows of 1e-20 (squares 0 in float32) are no sample. The exact-rows path used
+        to count the rows' magnitudes, so there that replica made k = 2."""
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            var = tf.Variable(np.zeros((4, 2), np.float32), name="table")
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, sparse_statistics=mode)
+            agg.build([var])
+        values = np.array([[[1.0, 2.0], [3.0, -1.0]], [[1e-20, 1e-20], [-1e-20, 1e-20]]])
+
+        @tf.function
+        def step():
+            def fn():
+                rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                g = tf.IndexedSlices(
+                    tf.gather(tf.constant(values, tf.float32), rid),
+                    tf.constant([0, 2]),
+                    tf.constant([4, 2]),
+                )
+                return tf.convert_to_tensor(agg([g], [var])[0])
+
+            return strategy.run(fn)
+
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+            out = strategy.experimental_local_results(step())[0].numpy()
+        self.assertLen(few_warnings(logs), 1)
+        self.assertAllClose(out[[0, 2]], values.sum(axis=0), rtol=1e-6)  # the base step
+
     @parameterized.parameters(False, True)
     def test_a_replica_contributes_when_any_square_is_nonzero_or_nan(self, jit):
         """``any_nonzero`` reads the small squares first and the large ones only in a branch

@@ -128,9 +128,8 @@ def _positive_or_nan(tensors) -> tf.Tensor:
 
 def any_nonzero(squares: Sequence[tf.Tensor]) -> tf.Tensor:
     """Scalar bool: whether some element of ``squares`` (float32 tensors of values >= 0 or
-    NaN: this replica's squares or sums of squares, and the magnitudes of its sparse rows
-    packed with their squares) is > 0 or NaN, i.e. whether the replica contributes (see
-    the module).
+    NaN: this replica's squares or sums of squares, and the squares of its sparse rows) is
+    > 0 or NaN, i.e. whether the replica contributes (see the module).
 
     The smallest tensors, about ``_FIRST_SHARE`` of the elements (at least one tensor), are
     read first; the others only in a ``tf.cond`` taken when those are all zero. A replica
@@ -173,7 +172,9 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
-    nonzero = any_nonzero(list(squares) + [tf.abs(p) for _, p in rows])
+    # The rows' squares (the second half of each packed row), as on the dense path: a
+    # replica whose every square is 0 is no sample (spec section 1), whatever the paths.
+    nonzero = any_nonzero(list(squares) + [p[:, p.shape[1] // 2 :] for _, p in rows])
     return Local(
         gradients=gradients,
         squares=squares,
