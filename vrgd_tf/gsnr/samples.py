@@ -172,9 +172,9 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
-    # The rows' squares (the second half of each packed row), as on the dense path: a
-    # replica whose every square is 0 is no sample (spec section 1), whatever the paths.
-    nonzero = any_nonzero(list(squares) + [p[:, p.shape[1] // 2 :] for _, p in rows])
+    # The rows' squares, as on the dense path: a replica whose every square is 0 is no
+    # sample (spec section 1), whatever the paths.
+    nonzero = any_nonzero(list(squares) + [sparse.packed_squares(p) for _, p in rows])
     return Local(
         gradients=gradients,
         squares=squares,
