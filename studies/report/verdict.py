@@ -35,17 +35,51 @@ def round2_lines(results_dir, pair="momentum"):
     return out
 
 
+def round2_line(round2_dir, pair="momentum"):
+    """Round 2 in one line (its result and why it cannot be credited to the GSNR), or []:
+    used once both round-3 pairs need a line of their own."""
+    tune, final = (round2._load(round2_dir, p) for p in ("tune", "final"))
+    vr = round2._runs(final, pair=pair, batch=round2.LARGE, side="vr")
+    s = round2._paired(round2._runs(final, pair=pair, batch=round2.LARGE, side="base"), vr)
+    if not s:
+        return []
+    nr = round2.norm_ratio_range(vr)
+    rates = (tune or {}).get("best", {}).get(f"{pair}/b{round2.LARGE}", {})
+    why = ""
+    if nr and rates:
+        why = (
+            f"; VR at {rates['vr']:g} stepped like the base at {rates['vr'] * nr[0]:.3f}–"
+            f"{rates['vr'] * nr[1]:.3f}, between the base's ×2 grid points, so that gain "
+            "cannot be credited to the GSNR"
+        )
+    return [
+        f"- Round 2 (Momentum, {s['n']} pairs): VR − base {round2._delta_text(s)}, "
+        f"{s['verdict']}{why}."
+    ]
+
+
+def lead(round3_dir, pairs):
+    """The bold first line: round 3's registered readout of each finished pair of ``pairs``."""
+    done = {p: round3.readout_if_complete(round3_dir, p) for p in pairs}
+    if not any(done.values()):
+        return "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
+    if len(pairs) == 1:
+        return f"**Does it help? Round 3's registered readout: {done[pairs[0]]}.**"
+    parts = [f"{round3.PAIR_LABEL[p]}: {r or 'still running'}" for p, r in done.items()]
+    return f"**Does it help? Round 3's registered readouts: {'; '.join(parts)}.**"
+
+
 def lines(round2_dir, round3_dir, link):
-    """The verdict (at most five lines): a bold lead (round 3's registered readout once its
-    Momentum pair is complete), round 2's two lines, round 3's line, and ``link``."""
-    done = round3.readout_if_complete(round3_dir)
-    lead = (
-        f"**Does it help? Round 3's registered readout: {done}.**"
-        if done
-        else "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
-    )
-    out = [lead] + round2_lines(round2_dir)
+    """The verdict (at most five lines): a bold lead (round 3's registered readout of each
+    finished pair), round 2 (two lines, or one once the LAMB pair has started), one line per
+    round-3 pair, and ``link``."""
+    tune = round3.load(round3_dir, "tune")
+    pairs = ["momentum"] + (["lamb"] if round3.runs_of(tune, "lamb") else [])
+    out = [lead(round3_dir, pairs)]
+    out += round2_line(round2_dir) if len(pairs) > 1 else round2_lines(round2_dir)
     if os.path.exists(os.path.join(round3_dir, "tune.json")):
-        out.append("- " + round3.headline(round3_dir))
+        out += ["- " + round3.headline(round3_dir, p) for p in pairs]
     out.append(f"- Every arm, CI and plot: {link}.")
-    return out[:5]
+    if len(out) > 5:
+        raise ValueError(f"the verdict has {len(out)} lines; at most 5: {out}")
+    return out

@@ -9,7 +9,9 @@ import os
 import evidence_stats as es
 import protocol3 as p3
 import tensorflow as tf
-from report import round3
+from report import round2, round3, verdict
+
+ROUND2 = os.path.join(round2.RESULTS, "round2")
 
 # Deltas (pp) of 16 pairs with hand-checked statistics:
 # BIG: +2 +- 0.5 alternating -> mean 2, sd = 0.5 * sqrt(16 / 15) = 0.516398, se 0.129099,
@@ -106,15 +108,15 @@ class ReadoutFromRunsTest(tf.test.TestCase):
 
 
 class PartialStateTest(tf.test.TestCase):
-    def _tune_runs(self, n):
+    def _tune_runs(self, n, pair="momentum"):
         """The first ``n`` tuning runs in the runner's order, validation accuracy peaking at
-        the grid's middle rate 0.0707107 (so no edge extension)."""
+        the grid's middle rate (Momentum 0.0707107, LAMB 0.02: no edge extension)."""
         runs = {}
-        grid, _ = p3.tune_grid({}, "momentum")
+        grid, _ = p3.tune_grid({}, pair)
         order = [(s, i, a) for s in p3.TUNE_SEEDS for i in range(len(grid)) for a in p3.ARMS]
         for s, i, a in order[:n]:
-            runs[p3.run_key("momentum", a, grid[i], s)] = {
-                "pair": "momentum", "arm": a, "peak_lr": grid[i], "seed": s,
+            runs[p3.run_key(pair, a, grid[i], s)] = {
+                "pair": pair, "arm": a, "peak_lr": grid[i], "seed": s,
                 "final": {"val_acc": 70.0 - abs(i - 4)},
                 "curve": [{"epoch": 1, "val_acc": 50.0}], "diagnostics": [],
             }  # fmt: skip
@@ -153,6 +155,43 @@ class PartialStateTest(tf.test.TestCase):
         self.assertNotIn("55.25", text)  # no final test accuracy before the phase completes
         self.assertNotIn("56.25", text)
         self.assertIsNone(round3.readout_if_complete(d))
+
+    def _final_runs(self, pair, lr, deltas):
+        """64 final runs at ``lr`` whose test accuracies follow :func:`by_arm_from`."""
+        runs = {}
+        for a, seeds in by_arm_from(deltas).items():
+            for s, r in seeds.items():
+                runs[p3.run_key(pair, a, lr, s)] = {
+                    "pair": pair, "arm": a, "peak_lr": lr, "seed": s,
+                    "final": {"val_acc": 70.0, **r["final"]}, "curve": [], "diagnostics": [],
+                }  # fmt: skip
+        return runs
+
+    def test_verdict_with_both_pairs_fits_five_lines(self):
+        """Momentum complete (GSNR helps), LAMB in its final phase, then complete (step
+        size only): the lead names each pair's readout, round 2 shrinks to one line, and the
+        README block stays at five lines."""
+        d = self.get_temp_dir()
+        self._write(d, "tune", {**self._tune_runs(108), **self._tune_runs(108, "lamb")})
+        final = self._final_runs("momentum", 0.0707107, {"base": BIG, "scalar_vr": BIG})
+        self._write(d, "final", final)
+        lines = verdict.lines(ROUND2, d, "LINK")
+        self.assertLen(lines, 5)
+        self.assertEqual(
+            lines[0],
+            "**Does it help? Round 3's registered readouts: Momentum: the GSNR weighting "
+            "helps; LAMB: still running.**",
+        )
+        self.assertStartsWith(lines[1], "- Round 2 (Momentum, 6 pairs): VR − base +1.65 pp")
+        self.assertIn("final phase in progress: 0 of 64 runs; no verdict yet", lines[3])
+        final.update(self._final_runs("lamb", 0.02, {"base": BIG, "scalar_vr": ZERO}))
+        self._write(d, "final", final)
+        lines = verdict.lines(ROUND2, d, "LINK")
+        self.assertLen(lines, 5)
+        self.assertIn("LAMB: VRGD helps only through its step size.**", lines[0])
+        self.assertStartsWith(lines[3], "- Round 3 (LAMB, 16 pairs): **VRGD helps only through")
+        self.assertIn("VR − base +2.00 pp", lines[3])
+        self.assertEqual(lines[4], "- Every arm, CI and plot: LINK.")
 
 
 if __name__ == "__main__":
