@@ -9,21 +9,27 @@ ANCHOR = "evidence-does-vrgd-help-fashion-mnist-pre-registered"
 HEADING = "## Evidence: does VRGD help? (Fashion-MNIST, pre-registered)"
 
 
-def round2_lines(results_dir, pair="momentum"):
-    """Round 2's result and why it cannot be credited to the GSNR (two lines), or []."""
-    tune, final = (round2._load(results_dir, p) for p in ("tune", "final"))
-    base = round2._runs(final, pair=pair, batch=round2.LARGE, side="base")
+def _round2_facts(round2_dir, pair):
+    """``(summary, norm ratio range, tuned rates)`` of round 2's batch-4096 final runs, or
+    None without two pairs."""
+    tune, final = (round2._load(round2_dir, p) for p in ("tune", "final"))
     vr = round2._runs(final, pair=pair, batch=round2.LARGE, side="vr")
-    s = round2._paired(base, vr)
-    if not s:
-        return []
+    s = round2._paired(round2._runs(final, pair=pair, batch=round2.LARGE, side="base"), vr)
     rates = (tune or {}).get("best", {}).get(f"{pair}/b{round2.LARGE}", {})
+    return (s, round2.norm_ratio_range(vr), rates) if s else None
+
+
+def round2_lines(round2_dir, pair="momentum"):
+    """Round 2's result and why it cannot be credited to the GSNR (two lines), or []."""
+    facts = _round2_facts(round2_dir, pair)
+    if not facts:
+        return []
+    s, nr, rates = facts
     out = [
         f"- Round 2 (batch {round2.LARGE}, Momentum, each side's rate tuned on a ×2 grid, "
         f"{s['n']} seed pairs): VR − base test accuracy {round2._delta_text(s)}: "
         f"{s['verdict']}."
     ]
-    nr = round2.norm_ratio_range(vr)
     if nr and rates:
         lo, hi = rates["vr"] * nr[0], rates["vr"] * nr[1]
         out.append(
@@ -38,13 +44,10 @@ def round2_lines(results_dir, pair="momentum"):
 def round2_line(round2_dir, pair="momentum"):
     """Round 2 in one line (its result and why it cannot be credited to the GSNR), or []:
     used once both round-3 pairs need a line of their own."""
-    tune, final = (round2._load(round2_dir, p) for p in ("tune", "final"))
-    vr = round2._runs(final, pair=pair, batch=round2.LARGE, side="vr")
-    s = round2._paired(round2._runs(final, pair=pair, batch=round2.LARGE, side="base"), vr)
-    if not s:
+    facts = _round2_facts(round2_dir, pair)
+    if not facts:
         return []
-    nr = round2.norm_ratio_range(vr)
-    rates = (tune or {}).get("best", {}).get(f"{pair}/b{round2.LARGE}", {})
+    s, nr, rates = facts
     why = ""
     if nr and rates:
         why = (
