@@ -9,45 +9,15 @@ ANCHOR = "evidence-does-vrgd-help-fashion-mnist-pre-registered"
 HEADING = "## Evidence: does VRGD help? (Fashion-MNIST, pre-registered)"
 
 
-def _round2_facts(round2_dir, pair):
-    """``(summary, norm ratio range, tuned rates)`` of round 2's batch-4096 final runs, or
-    None without two pairs."""
+def round2_line(round2_dir, pair="momentum"):
+    """Round 2 in one line (its result and why it cannot be credited to the GSNR), or []."""
     tune, final = (round2._load(round2_dir, p) for p in ("tune", "final"))
     vr = round2._runs(final, pair=pair, batch=round2.LARGE, side="vr")
     s = round2._paired(round2._runs(final, pair=pair, batch=round2.LARGE, side="base"), vr)
+    if not s:
+        return []
+    nr = round2.norm_ratio_range(vr)
     rates = (tune or {}).get("best", {}).get(f"{pair}/b{round2.LARGE}", {})
-    return (s, round2.norm_ratio_range(vr), rates) if s else None
-
-
-def round2_lines(round2_dir, pair="momentum"):
-    """Round 2's result and why it cannot be credited to the GSNR (two lines), or []."""
-    facts = _round2_facts(round2_dir, pair)
-    if not facts:
-        return []
-    s, nr, rates = facts
-    out = [
-        f"- Round 2 (batch {round2.LARGE}, Momentum, each side's rate tuned on a ×2 grid, "
-        f"{s['n']} seed pairs): VR − base test accuracy {round2._delta_text(s)}: "
-        f"{s['verdict']}."
-    ]
-    if nr and rates:
-        lo, hi = rates["vr"] * nr[0], rates["vr"] * nr[1]
-        out.append(
-            f"- That gain cannot be credited to the GSNR weighting: VR's updates were "
-            f"{nr[0]:.2f}–{nr[1]:.2f} of the plain gradient step, so at its rate "
-            f"{rates['vr']:g} its steps were as long as the base's at {lo:.3f}–{hi:.3f}, a rate the base's "
-            f"grid ({rates['base']:g}, {2 * rates['base']:g}) never tried."
-        )
-    return out
-
-
-def round2_line(round2_dir, pair="momentum"):
-    """Round 2 in one line (its result and why it cannot be credited to the GSNR), or []:
-    used once both round-3 pairs need a line of their own."""
-    facts = _round2_facts(round2_dir, pair)
-    if not facts:
-        return []
-    s, nr, rates = facts
     why = ""
     if nr and rates:
         why = (
@@ -74,12 +44,11 @@ def lead(round3_dir, pairs):
 
 def lines(round2_dir, round3_dir, link):
     """The verdict (at most five lines): a bold lead (round 3's registered readout of each
-    finished pair), round 2 (two lines, or one once the LAMB pair has started), one line per
-    round-3 pair, and ``link``."""
+    finished pair), round 2's line, one line per round-3 pair, and ``link``."""
     tune = round3.load(round3_dir, "tune")
     pairs = ["momentum"] + (["lamb"] if round3.runs_of(tune, "lamb") else [])
     out = [lead(round3_dir, pairs)]
-    out += round2_line(round2_dir) if len(pairs) > 1 else round2_lines(round2_dir)
+    out += round2_line(round2_dir)
     if os.path.exists(os.path.join(round3_dir, "tune.json")):
         out += ["- " + round3.headline(round3_dir, p) for p in pairs]
     out.append(f"- Every arm, CI and plot: {link}.")

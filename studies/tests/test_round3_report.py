@@ -169,7 +169,7 @@ class PartialStateTest(tf.test.TestCase):
 
     def test_verdict_with_both_pairs_fits_five_lines(self):
         """Momentum complete (GSNR helps), LAMB in its final phase, then complete (step
-        size only): the lead names each pair's readout, round 2 shrinks to one line, and the
+        size only): the lead names each pair's readout, round 2 takes one line, and the
         README block stays at five lines."""
         d = self.get_temp_dir()
         self._write(d, "tune", {**self._tune_runs(108), **self._tune_runs(108, "lamb")})
