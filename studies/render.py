@@ -24,7 +24,7 @@ REPO = os.path.dirname(STUDIES)
 sys.path.insert(0, os.path.join(STUDIES, "evidence"))
 sys.path.insert(1, STUDIES)
 
-from report import reliability, round2, round3, sweeps, verdict  # noqa: E402
+from report import pilot_bn, reliability, round2, round3, sweeps, verdict  # noqa: E402
 from report.sweeps.common import Context, load  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -78,6 +78,7 @@ def evidence_block(images_dir, out_md):
             *lead,
             "",
             round3.section(FLAGS.round3, images_dir, rel),
+            pilot_bn.section(FLAGS.round3, images_dir, rel),
             reliability.section(FLAGS.round3, images_dir, rel),
             round2.section(FLAGS.round2, images_dir, rel),
         ]

@@ -62,6 +62,25 @@ def fashion_cnn(num_classes=10):
     )
 
 
+def fashion_cnn_bn(num_classes=10):
+    """The BatchNorm pilot's CNN (studies/evidence/PILOT_BN.md): :func:`fashion_cnn` with
+    BatchNorm after each convolution (convolution without bias, BatchNorm, ReLU); 28x28x1
+    input."""
+    import keras
+
+    layers = keras.layers
+    body = [keras.Input((28, 28, 1))]
+    for i, width in enumerate((16, 32, 48)):
+        body += [
+            layers.Conv2D(width, 3, padding="same", use_bias=False, name=f"conv{i + 1}"),
+            layers.BatchNormalization(name=f"bn{i + 1}"),
+            layers.ReLU(),
+        ]
+        body.append(layers.MaxPooling2D(2) if i < 2 else layers.GlobalAveragePooling2D())
+    body.append(layers.Dense(num_classes, name="logits"))
+    return keras.Sequential(body, name="fashion_cnn_bn")
+
+
 def load_fashion_mnist(data_dir=None, split_seed=0):
     """Fashion-MNIST 55k train / 5k validation / 10k test as a data dict (``x``/``y``
     train, ``x_val``/``y_val``, ``x_test``/``y_test``); see ``examples/data/fashion_mnist.py``
