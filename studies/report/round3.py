@@ -149,12 +149,52 @@ def _ci(s):
     return f"{s['mean']:+.2f} pp, 95 % CI [{lo:+.2f}, {hi:+.2f}]"
 
 
+def _excludes_zero(s):
+    """'below' or 'above' when the 95 % t CI of an "equivalent" contrast excludes 0, else
+    None (a detectable difference smaller than the margin)."""
+    lo, hi = s["t_ci"]
+    if s["words"] != "equivalent" or lo <= 0.0 <= hi:
+        return None
+    return "below" if hi < 0.0 else "above"
+
+
+def _word(s):
+    """A contrast's registered word, with the side of 0 when an equivalence CI excludes it."""
+    side = _excludes_zero(s)
+    if side is None:
+        return s["words"]
+    return f"equivalent, but slightly {'lower' if side == 'below' else 'higher'}: CI {side} 0"
+
+
+def sign_note(result):
+    """A sentence on the primary contrasts read "equivalent" whose CI excludes 0, or None."""
+    off = [(a, b, result["primary"][f"{a}-{b}"]) for a, b in PRIMARY]
+    off = [(a, b, s) for a, b, s in off if _excludes_zero(s)]
+    if not off:
+        return None
+    parts = [
+        f"{ARM_LABEL[a]} − {ARM_LABEL[b]} ({_excludes_zero(s)} 0, Holm t-test p "
+        f"{s['p_t_holm']:.3g})"
+        for a, b, s in off
+    ]
+    return (
+        "Beside the words: the 95 % CI of " + " and of ".join(parts) + " excludes 0, a "
+        "detectable difference smaller than the ±1 pp margin. A negative one with Holm p < "
+        '0.05 also meets the "worse" rule, which the registered order puts after '
+        '"equivalent".'
+    )
+
+
 def readout_lines(result, by_arm):
     """Markdown lines of the primary family, the readout and the secondary contrasts."""
     lines = ["Final test accuracy (mean ± sd over the 16 seeds):", ""]
     for a in ARMS:
         acc = [r["final"]["test_acc"] for r in by_arm[a].values()]
-        lines.append(f"- {ARM_LABEL[a]}: {np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f} %")
+        low = sum(not (v >= p3.COLLAPSE_BELOW) for v in acc)
+        lines.append(
+            f"- {ARM_LABEL[a]}: {np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f} %"
+            + (f" ({low} of {len(acc)} collapsed below {p3.COLLAPSE_BELOW:g} %)" if low else "")
+        )
     lines += ["", "Primary contrasts (Holm over the two):", ""]
     for a, b in PRIMARY:
         s = result["primary"][f"{a}-{b}"]
@@ -163,7 +203,8 @@ def readout_lines(result, by_arm):
             f"{s['p_t_holm']:.3g}), TOST p = {s['p_tost']:.3g} (Holm {s['p_tost_holm']:.3g}): "
             f"**{s['words']}**"
         )
-    lines += ["", f"**Registered readout: {result['readout']}.**"]
+    note = sign_note(result)
+    lines += [""] + ([note, ""] if note else []) + [f"**Registered readout: {result['readout']}.**"]
     if result["readout"] == "inconclusive":
         lines.append(
             f"At the larger observed SD, about {result['n_needed']} pairs would give a ±1 pp "
@@ -172,7 +213,8 @@ def readout_lines(result, by_arm):
     lines += ["", "Secondary (not in the Holm family; round-2 words on the 95 % t CI):", ""]
     for a, b in SECONDARY:
         s = result["secondary"][f"{a}-{b}"]
-        lines.append(f'- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {_ci(s)}: "{s["verdict"]}"')
+        word = s["verdict"].replace("VR better", f"{ARM_LABEL[a]} better")
+        lines.append(f'- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {_ci(s)}: "{word}"')
     return lines + [""]
 
 
@@ -225,7 +267,7 @@ def plot_tuning(tune, pair, grid, path, effective=False):
     plt.close(fig)
 
 
-def plot_final(by_arm, path):
+def plot_final(by_arm, path, pair):
     """Final test accuracy per arm: every seed a dot, the mean a bar."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
@@ -234,9 +276,9 @@ def plot_final(by_arm, path):
         jitter = np.linspace(-0.15, 0.15, len(acc))
         ax.scatter(i + jitter, acc, s=12, color=COLORS[a])
         ax.hlines(np.mean(acc), i - 0.3, i + 0.3, color="k")
-    ax.set_xticks(range(len(ARMS)), [ARM_LABEL[a] for a in ARMS], fontsize=8)
+    ax.set_xticks(range(len(ARMS)), [ARM_LABEL[a].replace(" (", "\n(") for a in ARMS], fontsize=8)
     ax.set_ylabel("final test accuracy %")
-    ax.set_title("Round 3 final, 16 seeds per arm")
+    ax.set_title(f"Round 3 final, {PAIR_LABEL[pair]}, 16 seeds per arm")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -297,7 +339,7 @@ def _plots(tune, pair, grid, best, by_arm, complete, images_dir, images_rel):
     out.append(f"![validation accuracy vs effective rate per arm]({images_rel}/{name})")
     if complete:
         name = f"round3_final_{pair}.png"
-        plot_final(by_arm, os.path.join(images_dir, name))
+        plot_final(by_arm, os.path.join(images_dir, name), pair)
         out.append(f"![final test accuracy per arm]({images_rel}/{name})")
         curves = {a: list(by_arm[a].values()) for a in ARMS}
         title = "Round 3 final runs, validation curves"
@@ -409,6 +451,6 @@ def headline(results_dir, pair="momentum"):
     p1, p2 = (r["primary"][f"{a}-{b}"] for a, b in PRIMARY)
     return (
         f"Round 3 ({PAIR_LABEL[pair]}, 16 pairs): **{r['readout']}**. VR − base {_ci(p1)} "
-        f"({p1['words']}); VR − scalar-VR (same step size, no per-element weighting) "
-        f"{_ci(p2)} ({p2['words']})."
+        f"({_word(p1)}); VR − scalar-VR (same step size, no per-element weighting) "
+        f"{_ci(p2)} ({_word(p2)})."
     )

@@ -31,15 +31,31 @@ def round2_line(round2_dir, pair="momentum"):
     ]
 
 
+#: A registered readout in a user's words, for the optimizer ``{opt}``.
+IN_WORDS = {
+    "the GSNR weighting helps": "yes with {opt}, beyond its step size",
+    "VRGD helps only through its step size": (
+        "with {opt} only as a step size (tuning {opt}'s rate does the same)"
+    ),
+    "no benefit at a finely tuned base": "not with {opt} (a finely tuned {opt} did as well)",
+    "inconclusive": "not shown with {opt} (inconclusive)",
+}
+
+
 def lead(round3_dir, pairs):
-    """The bold first line: round 3's registered readout of each finished pair of ``pairs``."""
+    """The bold first line: round 3's registered readout of each finished pair of ``pairs``,
+    in a user's words."""
     done = {p: round3.readout_if_complete(round3_dir, p) for p in pairs}
     if not any(done.values()):
         return "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
-    if len(pairs) == 1:
-        return f"**Does it help? Round 3's registered readout: {done[pairs[0]]}.**"
-    parts = [f"{round3.PAIR_LABEL[p]}: {r or 'still running'}" for p, r in done.items()]
-    return f"**Does it help? Round 3's registered readouts: {'; '.join(parts)}.**"
+    parts = []
+    for p, readout in done.items():
+        opt = round3.PAIR_LABEL[p]
+        parts.append(IN_WORDS[readout].format(opt=opt) if readout else f"{opt} still running")
+    return (
+        "**Does it help? Round 3's registered readouts (Fashion-MNIST, batch 4096): "
+        f"{'; '.join(parts)}.**"
+    )
 
 
 def lines(round2_dir, round3_dir, link):

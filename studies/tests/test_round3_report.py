@@ -25,6 +25,9 @@ BIG = [2.5, 1.5] * 8
 ZERO = [0.1, -0.1] * 8
 WIDE = [3.0, -3.0] * 8
 NEG = [-1.5, -2.5] * 8
+# SLIGHT: -0.25 +- 0.05: CI about [-0.28, -0.22], inside +-1 pp and below 0: "equivalent"
+#   first (the registered order), though the t-test (p ~ 1e-13) would also read "worse".
+SLIGHT = [-0.2, -0.3] * 8
 
 
 class WordsTest(tf.test.TestCase):
@@ -105,6 +108,37 @@ class ReadoutFromRunsTest(tf.test.TestCase):
         self.assertIn("VR − base: -2.00 pp", text)
         self.assertIn("**worse**", text)
         self.assertIn("**Registered readout: inconclusive.**", text)
+        self.assertNotIn("Beside the words", text)
+        self.assertNotIn("collapsed below", text)
+
+    def test_final_collapses_and_secondary_words_name_their_arm(self):
+        by_arm = by_arm_from({"base": BIG, "scalar_vr": ZERO})
+        for s in (0, 1, 5, 9):
+            by_arm["base"][s]["final"]["test_acc"] = 10.0
+        text = "\n".join(round3.readout_lines(round3.registered_readout(by_arm), by_arm))
+        self.assertIn("(4 of 16 collapsed below 20 %)", text)
+        by_arm = by_arm_from({"base": NEG, "scalar_vr": [d - 2.0 for d in NEG]})  # sc-VR - base +2
+        text = "\n".join(round3.readout_lines(round3.registered_readout(by_arm), by_arm))
+        self.assertIn("- scalar-VR − base: +2.00 pp, 95 % CI", text)
+        self.assertIn('"scalar-VR better"', text)
+
+    def test_equivalent_below_zero_is_said(self):
+        """LAMB's case: both primary contrasts equivalent with CIs below 0."""
+        by_arm = by_arm_from({"base": SLIGHT, "scalar_vr": SLIGHT})
+        r = round3.registered_readout(by_arm)
+        self.assertEqual(r["readout"], "no benefit at a finely tuned base")
+        self.assertEqual(r["primary"]["vr-base"]["words"], "equivalent")
+        text = "\n".join(round3.readout_lines(r, by_arm))
+        self.assertIn("Beside the words: the 95 % CI of VR − base (below 0, Holm t-test p", text)
+        self.assertIn("and of VR − scalar-VR (below 0", text)
+        self.assertEqual(
+            round3._word(r["primary"]["vr-base"]), "equivalent, but slightly lower: CI below 0"
+        )
+        self.assertIsNone(
+            round3.sign_note(
+                round3.registered_readout(by_arm_from({"base": ZERO, "scalar_vr": WIDE}))
+            )
+        )
 
 
 class PartialStateTest(tf.test.TestCase):
@@ -179,8 +213,8 @@ class PartialStateTest(tf.test.TestCase):
         self.assertLen(lines, 5)
         self.assertEqual(
             lines[0],
-            "**Does it help? Round 3's registered readouts: Momentum: the GSNR weighting "
-            "helps; LAMB: still running.**",
+            "**Does it help? Round 3's registered readouts (Fashion-MNIST, batch 4096): yes "
+            "with Momentum, beyond its step size; LAMB still running.**",
         )
         self.assertStartsWith(lines[1], "- Round 2 (Momentum, 6 pairs): VR − base +1.65 pp")
         self.assertIn("final phase in progress: 0 of 64 runs; no verdict yet", lines[3])
@@ -188,7 +222,10 @@ class PartialStateTest(tf.test.TestCase):
         self._write(d, "final", final)
         lines = verdict.lines(ROUND2, d, "LINK")
         self.assertLen(lines, 5)
-        self.assertIn("LAMB: VRGD helps only through its step size.**", lines[0])
+        self.assertIn(
+            "; with LAMB only as a step size (tuning LAMB's rate does the same).**",
+            lines[0],
+        )
         self.assertStartsWith(lines[3], "- Round 3 (LAMB, 16 pairs): **VRGD helps only through")
         self.assertIn("VR − base +2.00 pp", lines[3])
         self.assertEqual(lines[4], "- Every arm, CI and plot: LINK.")
