@@ -141,6 +141,18 @@ class ReadoutFromRunsTest(tf.test.TestCase):
         )
 
 
+class DisclosureTest(tf.test.TestCase):
+    def test_lamb_grid_parenthesis_is_disclosed_with_where_the_choice_lies(self):
+        grid = [p3.rate(0.02, i) for i in range(-4, 5)]
+        text = round3.disclosure("lamb", grid, {a: 0.0336359 for a in p3.ARMS})
+        self.assertIn("0.0119 – 0.0336, which is the range of i = −3 … 3 only", text)
+        self.assertIn("The tuned grid has 9 rates; the chosen rates (0.0336359) lie inside", text)
+        text = round3.disclosure("lamb", grid, {"base": 0.04, "vr": 0.0336359})
+        self.assertIn("(0.0336359, 0.04) lie outside", text)
+        self.assertNotIn("tuned grid", round3.disclosure("lamb", grid, None))
+        self.assertEqual(round3.disclosure("momentum", grid, {"base": 0.05}), "")
+
+
 class PartialStateTest(tf.test.TestCase):
     def _tune_runs(self, n, pair="momentum"):
         """The first ``n`` tuning runs in the runner's order, validation accuracy peaking at
