@@ -62,10 +62,22 @@ def decision_line(runs):
         else "beyond the margin: this setting does not give the converged regime either, so "
         "no protocol is run on it"
     )
+    edges = [
+        f"batch {b}'s best is at its grid's {'top' if lr == rates[-1] else 'bottom'} edge"
+        for b in plan.BATCHES
+        for rates, lr in [plan.grid(runs, b)]
+        if lr in (rates[0], rates[-1])
+    ]
+    edge = (
+        f" Note: {' and '.join(edges)} (the rule's one extension used), so a wider grid "
+        "could only raise that best."
+        if edges
+        else ""
+    )
     return (
         f"**Decision (the plan's rule: batch 4096's best within {plan.MARGIN:g} pp of batch "
         f"256's): batch 4096 {vb:.2f} % (rate {lb:g}) vs batch 256 {vs:.2f} % (rate {ls:g}), "
-        f"gap {d['gap_pp']:+.2f} pp, {verdict}.**"
+        f"gap {d['gap_pp']:+.2f} pp, {verdict}.**{edge}"
     )
 
 

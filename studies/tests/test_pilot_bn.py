@@ -79,6 +79,13 @@ class PilotPlanTest(tf.test.TestCase):
 
 
 class PilotSectionTest(tf.test.TestCase):
+    def _file(self, d, runs):
+        import json
+
+        with open(os.path.join(d, plan.FILE), "w") as f:
+            json.dump({"runs": runs}, f)
+        return d
+
     def test_section_reads_the_rule_and_writes_its_plot(self):
         import json
 
@@ -89,7 +96,12 @@ class PilotSectionTest(tf.test.TestCase):
         self.assertIn("- Batch 256 (642 warm-up steps of 8560): 0.1 → 90.00, 0.2 → 91.50", text)
         self.assertIn("best 0.8.", text)
         self.assertIn("gap +0.80 pp, within the margin", text)
+        self.assertNotIn("edge", text)
         self.assertTrue(os.path.exists(os.path.join(d, pilot_bn.PLOT)))
+        edge = _runs({256: INTERIOR[256], 4096: {0.4: 88.0, 0.8: 89.0, 1.6: 90.0, 3.2: 90.2}})
+        text = pilot_bn.section(self._file(d, edge), d, "img")
+        self.assertIn("best 3.2 (at the grid's edge after the rule's one extension).", text)
+        self.assertIn("Note: batch 4096's best is at its grid's top edge (the rule's one", text)
         runs = _runs({256: INTERIOR[256], 4096: {0.4: 80.0}})
         with open(os.path.join(d, plan.FILE), "w") as f:
             json.dump({"runs": runs}, f)
