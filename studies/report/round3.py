@@ -364,33 +364,28 @@ def _best_so_far(tune, pair, arm, grid):
     return max(means)[2] if means else None
 
 
-#: Disclosures after the runs, per pair (the protocol text stays as registered).
-DISCLOSED = {
-    "lamb": (
-        "Disclosed: PROTOCOL.md section 6 writes the LAMB grid as `0.02 × 2^(i/4)`, i = −4 … 4, "
-        "and beside it, in parentheses, 0.0119 – 0.0336, which is the range of i = −3 … 3 only. "
-        "The runner followed the formula (0.01 – 0.04, 9 rates, then the registered edge "
-        "rule)."
-    ),
-}
-#: The range the parenthesis of DISCLOSED["lamb"] states (i = -3 ... 3).
-_LAMB_PARENTHESIS = (p3.rate(0.02, -3), p3.rate(0.02, 3))
+#: Disclosed after the runs (PROTOCOL.md stays as registered), in the LAMB pair's section.
+LAMB_GRID_DISCLOSURE = (
+    "Disclosed: PROTOCOL.md section 6 writes the LAMB grid as `0.02 × 2^(i/4)`, i = −4 … 4, "
+    "and beside it, in parentheses, 0.0119 – 0.0336, which is the range of i = −3 … 3 only. "
+    "The runner followed the formula (0.01 – 0.04, 9 rates, then the registered edge rule)."
+)
 
 
 def disclosure(pair, grid, best):
-    """The pair's disclosure with, once tuned, where the chosen rates lie; '' if none."""
-    if pair not in DISCLOSED:
+    """The LAMB pair's grid disclosure with, once tuned, where the chosen rates lie; '' for
+    another pair."""
+    if pair != "lamb":
         return ""
-    text = DISCLOSED[pair]
-    if best and pair == "lamb":
-        lo, hi = _LAMB_PARENTHESIS
-        inside = all(lo <= b <= hi for b in best.values())
-        text += (
-            f" The tuned grid has {len(grid)} rates; the chosen rates "
-            f"({', '.join(sorted({f'{b:g}' for b in best.values()}))}) lie "
-            f"{'inside' if inside else 'outside'} the parenthesis' range too."
-        )
-    return text
+    if not best:
+        return LAMB_GRID_DISCLOSURE
+    lo, hi = p3.rate(0.02, -3), p3.rate(0.02, 3)  # the parenthesis' range
+    inside = all(lo <= b <= hi for b in best.values())
+    return (
+        f"{LAMB_GRID_DISCLOSURE} The tuned grid has {len(grid)} rates; the chosen rates "
+        f"({', '.join(sorted({f'{b:g}' for b in best.values()}))}) lie "
+        f"{'inside' if inside else 'outside'} the parenthesis' range too."
+    )
 
 
 def pair_lines(tune, final, pair, images_dir, images_rel):
@@ -406,8 +401,8 @@ def pair_lines(tune, final, pair, images_dir, images_rel):
         *tuning_table(tune, pair, grid),
         "",
     ]
-    if pair in DISCLOSED:
-        lines += [disclosure(pair, grid, best), ""]
+    note = disclosure(pair, grid, best)
+    lines += [note, ""] if note else []
     if best:
         lines.append("Tuned rates: " + ", ".join(f"{ARM_LABEL[a]} {best[a]:g}" for a in ARMS) + ".")
         for a, w in lr_windows(tune, pair, grid).items():
