@@ -187,6 +187,7 @@ class Trainer:
                 f"{strategy.num_replicas_in_sync} replicas (use groups=1 with replicas)."
             )
         self.schedule = make_schedule()
+        self.build_model = build_model
         with strategy.scope():
             self.model = build_model()
             self.optimizer = make_opt(self.schedule)
@@ -340,3 +341,38 @@ def train_epochs(trainer, data, seed, batch, epochs, subset):
         if not math.isfinite(tr_loss):
             break
     return curve, diag, train_s
+
+
+def pilot_run(data, trainer, batch, lr, epochs, warmup_epochs, seed, subset):
+    """One pilot run of ``trainer`` (reset to ``seed``'s initial weights, warm-up
+    ``warmup_epochs`` whole epochs then cosine): the record the pilots' JSON keeps (final
+    validation accuracy, or ``collapsed`` on a non-finite training loss, the curve, the
+    wall time and the start and end time). Provenance is the runner's to add."""
+    import math
+    import time
+
+    n = data["x"].shape[0]
+    steps = n // batch
+    trainer.reset(
+        init_weights(trainer.build_model, seed), lr, steps * warmup_epochs, steps * epochs
+    )
+    t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    curve, _, _ = train_epochs(trainer, data, seed, batch, epochs, subset)
+    last = curve[-1]
+    finite = math.isfinite(last["train_loss"]) and len(curve) == epochs
+    return {
+        "batch": batch,
+        "peak_lr": lr,
+        "seed": seed,
+        "epochs": epochs,
+        "groups": trainer.groups,
+        "steps": steps * epochs,
+        "warmup_steps": steps * warmup_epochs,
+        "optimizer_config": trainer.optimizer_config,
+        "final": {"val_acc": last["val_acc"] if finite else None, "collapsed": not finite},
+        "curve": curve,
+        "wall_s": round(time.time() - t0, 1),
+        "started": started,
+        "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": list(os.getloadavg()),
+    }

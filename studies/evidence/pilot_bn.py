@@ -12,7 +12,6 @@ Example (from the repository root):
       > /work/pilot_bn.log 2>&1 &
 """
 
-import math
 import os
 import sys
 import time
@@ -63,31 +62,12 @@ def train_one(data, trainers, batch, lr, epochs):
         trainers[batch] = studylib.Trainer(
             strategy, studylib.fashion_cnn_bn, make_opt, groups=GROUPS[batch]
         )
-    trainer = trainers[batch]
-    n = data["x"].shape[0]
-    steps, warm = n // batch, warmup_epochs(batch, n)
-    trainer.reset(
-        studylib.init_weights(studylib.fashion_cnn_bn, SEED), lr, steps * warm, steps * epochs
+    warm = warmup_epochs(batch, data["x"].shape[0])
+    run = studylib.pilot_run(
+        data, trainers[batch], batch, lr, epochs, warm, SEED, TRAIN_EVAL_SUBSET
     )
-    t0 = time.time()
-    curve, _, _ = studylib.train_epochs(trainer, data, SEED, batch, epochs, TRAIN_EVAL_SUBSET)
-    last = curve[-1]
-    finite = math.isfinite(last["train_loss"]) and len(curve) == epochs
-    return {
-        "batch": batch,
-        "peak_lr": lr,
-        "seed": SEED,
-        "epochs": epochs,
-        "groups": GROUPS[batch],
-        "steps": steps * epochs,
-        "warmup_steps": steps * warm,
-        "optimizer_config": trainer.optimizer_config,
-        "final": {"val_acc": last["val_acc"] if finite else None, "collapsed": not finite},
-        "curve": curve,
-        "wall_s": round(time.time() - t0, 1),
-        "provenance": provenance.snapshot(ignore=("studies/evidence/results/",)),
-        "load_average": list(os.getloadavg()),
-    }
+    run["provenance"] = provenance.snapshot(ignore=("studies/evidence/results/",))
+    return run
 
 
 def main(argv):
