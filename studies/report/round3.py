@@ -187,19 +187,24 @@ def sign_note(result):
 
 def readout_lines(result, by_arm):
     """Markdown lines of the primary family, the readout and the secondary contrasts."""
-    lines = ["Final test accuracy (mean ± sd over the 16 seeds):", ""]
+    lines = [
+        "Final test accuracy (mean ± sd over the 16 seeds; collapsed = final validation "
+        f"accuracy below {p3.COLLAPSE_BELOW:g} %, the protocol's definition):",
+        "",
+    ]
     for a in ARMS:
         acc = [r["final"]["test_acc"] for r in by_arm[a].values()]
-        low = sum(not (v >= p3.COLLAPSE_BELOW) for v in acc)
+        low = final_collapses(by_arm, a)
         lines.append(
-            f"- {ARM_LABEL[a]}: {np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f} %"
-            + (f" ({low} of {len(acc)} collapsed below {p3.COLLAPSE_BELOW:g} %)" if low else "")
+            f"- {ARM_LABEL[a]}: {np.mean(acc):.2f} ± {np.std(acc, ddof=1):.2f} %, median "
+            f"{np.median(acc):.2f} %" + (f" ({low} of {len(acc)} collapsed)" if low else "")
         )
     lines += ["", "Primary contrasts (Holm over the two):", ""]
     for a, b in PRIMARY:
         s = result["primary"][f"{a}-{b}"]
         lines.append(
-            f"- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {_ci(s)}; t-test p = {s['p_t']:.3g} (Holm "
+            f"- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {_ci(s)} ({seeds_text(deltas(by_arm, a, b))}); "
+            f"t-test p = {s['p_t']:.3g} (Holm "
             f"{s['p_t_holm']:.3g}), TOST p = {s['p_tost']:.3g} (Holm {s['p_tost_holm']:.3g}): "
             f"**{s['words']}**"
         )
@@ -388,6 +393,15 @@ def disclosure(pair, grid, best):
     )
 
 
+def _gaps(w):
+    """ ", not adjacent: N grid rates between them" when the window's rates are not one run
+    of neighbouring grid points (its width then overstates the flat region), else ""."""
+    span = round(w["log2_width"] * 4) + 1  # grid points from the lowest to the highest
+    if w["count"] >= span or w["count"] < 2:
+        return ""
+    return f" (not adjacent: {span - w['count']} grid rate(s) between them fall out)"
+
+
 def pair_lines(tune, final, pair, images_dir, images_rel):
     """The Markdown lines of one pair's round-3 results."""
     status, grid, best, by_arm, complete = _status(tune, final, pair)
@@ -408,7 +422,7 @@ def pair_lines(tune, final, pair, images_dir, images_rel):
         for a, w in lr_windows(tune, pair, grid).items():
             lines.append(
                 f"- learning-rate window within 1 pp of {ARM_LABEL[a]}'s best: {w['count']} "
-                f"grid rate(s), ×{2 ** w['log2_width']:.2f} wide"
+                f"grid rate(s), ×{2 ** w['log2_width']:.2f} wide{_gaps(w)}"
             )
         lines.append("")
     if complete:
@@ -444,6 +458,7 @@ def section(results_dir, images_dir, images_rel):
         "set. Runner `python3 studies/evidence/round3.py`.",
         "",
     ]
+    lines += [commit_line(final, load(results_dir, "replicate")), ""]
     os.makedirs(images_dir, exist_ok=True)
     for pair in ("momentum", "lamb"):
         if pair == "lamb" and not runs_of(tune, pair):
@@ -451,6 +466,32 @@ def section(results_dir, images_dir, images_rel):
             continue
         lines += pair_lines(tune, final, pair, images_dir, images_rel)
     return "\n".join(lines)
+
+
+def commit_line(final, replicate):
+    """Which library commit the final runs hold for (their provenance), and whether today's
+    library reproduces them (``replicate.json`` of ``studies/evidence/replicate3.py``)."""
+    prov = [r["provenance"] for r in (final or {}).get("runs", {}).values()]
+    commits = sorted({p.get("git_commit", "?")[:7] for p in prov})
+    dirty = sum(bool(p.get("dirty")) for p in prov)
+    text = (
+        f"The results hold for the library at commit {', '.join(f'`{c}`' for c in commits)} "
+        f"(every run's provenance; {dirty} of {len(prov)} from a dirty tree); the library "
+        "changed after it (e.g. `b6b84e4`: `beta_3` steps without a noise estimate, which "
+        "round 3's 8 contributing groups never take)."
+    )
+    reruns = (replicate or {}).get("runs", {})
+    if not reruns:
+        return text + " Not yet rerun with today's library."
+    same = sum(r["identical_curve"] for r in reruns.values())
+    at = sorted({r["provenance"].get("git_commit", "?")[:7] for r in reruns.values()})
+    worst = max(r["max_abs_val_curve_diff_pp"] for r in reruns.values())
+    return text + (
+        f" Rerun at {', '.join(f'`{c}`' for c in at)} (`studies/evidence/replicate3.py`): "
+        f"{same} of {len(reruns)} runs ({', '.join(sorted(reruns))}) gave the same "
+        f"validation curve to the recorded digit; the largest difference at any epoch "
+        f"{worst:.2f} pp."
+    )
 
 
 def _all_complete(tune, final):
@@ -464,8 +505,45 @@ def readout_if_complete(results_dir, pair="momentum"):
     return registered_readout(by_arm)["readout"] if complete else None
 
 
+def seeds_text(d):
+    """The median of paired deltas and how many seeds favour each side, e.g.
+    "median -0.76 pp, 7 of 16 seeds favour VR"."""
+    d = np.asarray(d, np.float64)
+    return f"median {np.median(d):+.2f} pp, {int((d > 0).sum())} of {d.size} seeds favour VR"
+
+
+def final_collapses(by_arm, arm):
+    """Final runs of ``arm`` that collapsed by the protocol's one definition (final
+    validation accuracy below ``COLLAPSE_BELOW`` %, section 5 of PROTOCOL.md)."""
+    return sum(not (r["final"]["val_acc"] >= p3.COLLAPSE_BELOW) for r in by_arm[arm].values())
+
+
+def _contrast(s, d):
+    """A primary contrast on one line: mean, median and seeds, the CI, Holm's p, the word."""
+    return (
+        f"{s['mean']:+.2f} pp ({seeds_text(d)}), 95 % CI [{s['t_ci'][0]:+.2f}, "
+        f"{s['t_ci'][1]:+.2f}], Holm p {s['p_t_holm']:.2g} ({_word(s)})"
+    )
+
+
+def collapse_note(by_arm, result):
+    """Where the base collapsed in the finals: whose seeds carry the mean difference, and
+    whether the step-size control (scalar-VR) reproduces it; "" without collapses."""
+    n = final_collapses(by_arm, "base")
+    if not n:
+        return ""
+    sb = result["secondary"]["scalar_vr-base"]
+    return (
+        f" The base collapsed on {n} of {len(by_arm['base'])} seeds (validation below "
+        f"{p3.COLLAPSE_BELOW:g} %), VR on {final_collapses(by_arm, 'vr')}: the mean difference "
+        f"comes from those seeds, and scalar-VR (VR's step size without the per-element "
+        f"weighting) − base {sb['mean']:+.2f} pp reproduces it."
+    )
+
+
 def headline(results_dir, pair="momentum"):
-    """One line for the README: the readout with both primary CIs, or the progress."""
+    """One line for the README: the readout with both primary contrasts (mean, median and
+    seeds, CI, Holm p), and where the base collapsed; or the progress."""
     tune, final = load(results_dir, "tune"), load(results_dir, "final")
     status, _, _, by_arm, complete = _status(tune, final, pair)
     if not complete:
@@ -475,8 +553,9 @@ def headline(results_dir, pair="momentum"):
         )
     r = registered_readout(by_arm)
     p1, p2 = (r["primary"][f"{a}-{b}"] for a, b in PRIMARY)
+    d1, d2 = (deltas(by_arm, a, b) for a, b in PRIMARY)
     return (
-        f"Round 3 ({PAIR_LABEL[pair]}, 16 pairs): **{r['readout']}**. VR − base {_ci(p1)} "
-        f"({_word(p1)}); VR − scalar-VR (same step size, no per-element weighting) "
-        f"{_ci(p2)} ({_word(p2)})."
+        f"Round 3 ({PAIR_LABEL[pair]}, 16 pairs): **{r['readout']}**. VR − base "
+        f"{_contrast(p1, d1)}; VR − scalar-VR (same step size, no per-element weighting) "
+        f"{_contrast(p2, d2)}.{collapse_note(by_arm, r)}"
     )

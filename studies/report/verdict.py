@@ -22,8 +22,9 @@ def round2_line(round2_dir, pair="momentum"):
     if nr and rates:
         why = (
             f"; VR at {rates['vr']:g} stepped like the base at {rates['vr'] * nr[0]:.3f}–"
-            f"{rates['vr'] * nr[1]:.3f}, between the base's ×2 grid points, so that gain "
-            "cannot be credited to the GSNR"
+            f"{rates['vr'] * nr[1]:.3f} (its update norm ratios {nr[0]:.2f}–{nr[1]:.2f}; "
+            "PROTOCOL.md's 0.075–0.086 was a slip in that product), between the base's ×2 "
+            "grid points, so that gain cannot be credited to the GSNR"
         )
     return [
         f"- Round 2 (Momentum, {s['n']} pairs): VR − base {round2._delta_text(s)}, "
@@ -42,20 +43,53 @@ IN_WORDS = {
 }
 
 
+def in_words(readout, opt, vr_base, base_collapses=0):
+    """A pair's registered readout in a user's words. A detectable deficit is never read
+    as "did as well": an "equivalent" VR − base whose CI lies below 0 reads "slightly worse"
+    with its CI; an inconclusive readout names the base's collapses when there were any."""
+    lo, hi = vr_base["t_ci"]
+    if readout == "no benefit at a finely tuned base" and hi < 0:
+        return (
+            f"not with {opt}: VR-{opt} was slightly worse than a finely tuned {opt} "
+            f"({vr_base['mean']:+.2f} pp, 95 % CI [{lo:+.2f}, {hi:+.2f}])"
+        )
+    if readout == "inconclusive" and base_collapses:
+        return (
+            f"not shown with {opt} (inconclusive: its mean gain comes from the base's "
+            f"{base_collapses} collapsed seeds, and the step size alone gives it)"
+        )
+    return IN_WORDS[readout].format(opt=opt)
+
+
 def lead(round3_dir, pairs):
     """The bold first line: round 3's registered readout of each finished pair of ``pairs``,
     in a user's words."""
-    done = {p: round3.readout_if_complete(round3_dir, p) for p in pairs}
-    if not any(done.values()):
-        return "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
-    parts = []
-    for p, readout in done.items():
+    tune, final = round3.load(round3_dir, "tune"), round3.load(round3_dir, "final")
+    parts, complete = [], False
+    for p in pairs:
         opt = round3.PAIR_LABEL[p]
-        parts.append(IN_WORDS[readout].format(opt=opt) if readout else f"{opt} still running")
+        _, _, _, by_arm, done = round3._status(tune, final, p)
+        if not done:
+            parts.append(f"{opt} still running")
+            continue
+        complete = True
+        r = round3.registered_readout(by_arm)
+        collapses = round3.final_collapses(by_arm, "base")
+        parts.append(in_words(r["readout"], opt, r["primary"]["vr-base"], collapses))
+    if not complete:
+        return "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
     return (
         "**Does it help? Round 3's registered readouts (Fashion-MNIST, batch 4096): "
         f"{'; '.join(parts)}.**"
     )
+
+
+def first_screen(round3_dir, link):
+    """One line for the README's first screen: each finished pair's readout in a user's
+    words, and the link."""
+    text = lead(round3_dir, ["momentum", "lamb"]).strip("*")
+    text = text.replace("Does it help? ", "**Does VRGD help?** ")
+    return f"{text} Every arm, CI and plot: {link}."
 
 
 def lines(round2_dir, round3_dir, link):

@@ -85,7 +85,7 @@ def by_arm_from(deltas_vr_minus):
         accs = {"base": base, "vr": vr, "scalar_vr": vr - deltas_vr_minus["scalar_vr"][s],
                 "shuffled_nm": vr - 1.0}  # fmt: skip
         for a, acc in accs.items():
-            out[a][s] = {"final": {"test_acc": acc}, "seed": s}
+            out[a][s] = {"final": {"test_acc": acc, "val_acc": acc}, "seed": s}
     return out
 
 
@@ -109,14 +109,16 @@ class ReadoutFromRunsTest(tf.test.TestCase):
         self.assertIn("**worse**", text)
         self.assertIn("**Registered readout: inconclusive.**", text)
         self.assertNotIn("Beside the words", text)
-        self.assertNotIn("collapsed below", text)
+        self.assertNotIn("collapsed)", text)
 
     def test_final_collapses_and_secondary_words_name_their_arm(self):
         by_arm = by_arm_from({"base": BIG, "scalar_vr": ZERO})
         for s in (0, 1, 5, 9):
-            by_arm["base"][s]["final"]["test_acc"] = 10.0
+            by_arm["base"][s]["final"]["val_acc"] = 10.0
+        by_arm["base"][2]["final"]["test_acc"] = 10.0  # test accuracy does not define it
         text = "\n".join(round3.readout_lines(round3.registered_readout(by_arm), by_arm))
-        self.assertIn("(4 of 16 collapsed below 20 %)", text)
+        self.assertIn("(4 of 16 collapsed)", text)
+        self.assertIn("collapsed = final validation accuracy below 20 %", text)
         by_arm = by_arm_from({"base": NEG, "scalar_vr": [d - 2.0 for d in NEG]})  # sc-VR - base +2
         text = "\n".join(round3.readout_lines(round3.registered_readout(by_arm), by_arm))
         self.assertIn("- scalar-VR − base: +2.00 pp, 95 % CI", text)
@@ -139,6 +141,50 @@ class ReadoutFromRunsTest(tf.test.TestCase):
                 round3.registered_readout(by_arm_from({"base": ZERO, "scalar_vr": WIDE}))
             )
         )
+
+
+class UserWordsTest(tf.test.TestCase):
+    def test_a_detectable_deficit_never_reads_did_as_well(self):
+        """LAMB's case: "no benefit" with VR − base's CI below 0 reads "slightly worse"."""
+        by_arm = by_arm_from({"base": SLIGHT, "scalar_vr": SLIGHT})
+        r = round3.registered_readout(by_arm)
+        words = verdict.in_words(r["readout"], "LAMB", r["primary"]["vr-base"])
+        self.assertStartsWith(words, "not with LAMB: VR-LAMB was slightly worse than a finely")
+        self.assertNotIn("did as well", words)
+        self.assertIn("95 % CI [", words)
+        r = round3.registered_readout(by_arm_from({"base": ZERO, "scalar_vr": WIDE}))
+        self.assertEqual(r["readout"], "no benefit at a finely tuned base")
+        self.assertIn(
+            "did as well", verdict.in_words(r["readout"], "LAMB", r["primary"]["vr-base"])
+        )
+
+    def test_collapses_carry_an_inconclusive_mean_and_holm_p_stands_beside_the_ci(self):
+        """Momentum's case: the base collapses on some seeds; the headline gives the median,
+        the seeds, Holm's p and the step-size control beside the mean."""
+        by_arm = by_arm_from({"base": WIDE, "scalar_vr": BIG})
+        for s in (0, 1, 5):
+            by_arm["base"][s]["final"]["val_acc"] = 10.0
+        r = round3.registered_readout(by_arm)
+        self.assertEqual(r["readout"], "inconclusive")
+        words = verdict.in_words(r["readout"], "Momentum", r["primary"]["vr-base"], 3)
+        self.assertIn("the base's 3 collapsed seeds", words)
+        note = round3.collapse_note(by_arm, r)
+        self.assertIn("The base collapsed on 3 of 16 seeds (validation below 20 %), VR on 0", note)
+        self.assertIn("scalar-VR (VR's step size without the per-element weighting) − base", note)
+        d = round3.deltas(by_arm, "vr", "base")
+        text = round3._contrast(r["primary"]["vr-base"], d)
+        self.assertRegex(text, r"^[+-]\d+\.\d\d pp \(median [+-]\d+\.\d\d pp, \d+ of 16 seeds")
+        self.assertIn("Holm p ", text)
+        self.assertEqual(
+            round3.seeds_text([1.0, -2.0, 3.0]), "median +1.00 pp, 2 of 3 seeds favour VR"
+        )
+
+    def test_a_window_of_non_adjacent_rates_is_said(self):
+        self.assertEqual(round3._gaps({"count": 2, "log2_width": 0.25}), "")
+        self.assertIn(
+            "not adjacent: 2 grid rate(s)", round3._gaps({"count": 2, "log2_width": 0.75})
+        )
+        self.assertEqual(round3._gaps({"count": 1, "log2_width": 0.0}), "")
 
 
 class DisclosureTest(tf.test.TestCase):
