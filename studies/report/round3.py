@@ -471,7 +471,9 @@ def section(results_dir, images_dir, images_rel):
 def commit_line(final, replicate):
     """Which library commit the final runs hold for (their provenance), and whether today's
     library reproduces them (``replicate.json`` of ``studies/evidence/replicate3.py``)."""
-    prov = [r["provenance"] for r in (final or {}).get("runs", {}).values()]
+    prov = [r["provenance"] for r in (final or {}).get("runs", {}).values() if "provenance" in r]
+    if not prov:
+        return "No final run with a provenance record yet."
     commits = sorted({p.get("git_commit", "?")[:7] for p in prov})
     dirty = sum(bool(p.get("dirty")) for p in prov)
     text = (

@@ -187,6 +187,24 @@ class UserWordsTest(tf.test.TestCase):
         self.assertEqual(round3._gaps({"count": 1, "log2_width": 0.0}), "")
 
 
+class CommitLineTest(tf.test.TestCase):
+    def test_names_the_commit_and_the_rerun(self):
+        prov = {"git_commit": "f199ea92c9", "dirty": False}
+        final = {"runs": {"a": {"provenance": prov}, "b": {"provenance": prov}}}
+        text = round3.commit_line(final, None)
+        self.assertIn("commit `f199ea9` (every run's provenance; 0 of 2 from a dirty tree)", text)
+        self.assertIn("Not yet rerun", text)
+        rerun = {"provenance": {"git_commit": "abcdef012"}, "identical_curve": True}
+        replicate = {"runs": {"a": {**rerun, "max_abs_val_curve_diff_pp": 0.0},
+                              "b": {**rerun, "identical_curve": False,
+                                    "max_abs_val_curve_diff_pp": 0.12}}}  # fmt: skip
+        text = round3.commit_line(final, replicate)
+        self.assertIn("Rerun at `abcdef0`", text)
+        self.assertIn("1 of 2 runs (a, b) gave the same validation curve", text)
+        self.assertIn("at any epoch 0.12 pp", text)
+        self.assertIn("No final run", round3.commit_line(None, None))
+
+
 class DisclosureTest(tf.test.TestCase):
     def test_lamb_grid_parenthesis_is_disclosed_with_where_the_choice_lies(self):
         grid = [p3.rate(0.02, i) for i in range(-4, 5)]
