@@ -25,13 +25,14 @@ REPO = os.path.dirname(STUDIES)
 sys.path.insert(0, os.path.join(STUDIES, "evidence"))
 sys.path.insert(1, STUDIES)
 
-from report import pilot_bn, reliability, round2, round3, sweeps, verdict  # noqa: E402
+from report import pilot4, pilot_bn, reliability, round2, round3, sweeps, verdict  # noqa: E402
 from report.sweeps.common import Context, load  # noqa: E402
 
 FLAGS = flags.FLAGS
 RESULTS = os.path.join(STUDIES, "evidence", "results")
 flags.DEFINE_string("round2", os.path.join(RESULTS, "round2"), "Round-2 results directory.")
 flags.DEFINE_string("round3", os.path.join(RESULTS, "round3"), "Round-3 results directory.")
+flags.DEFINE_string("round4", os.path.join(RESULTS, "round4"), "Round-4 results directory.")
 flags.DEFINE_bool("quick", False, "Render the sweeps' --quick results only (*_quick.json).")
 flags.DEFINE_string("sweep", None, "Sweep JSON (default from --quick).")
 flags.DEFINE_string("bert", None, "BERT MLM JSON (default from --quick).")
@@ -79,6 +80,7 @@ def evidence_block(images_dir, out_md):
             "",
             *lead,
             "",
+            pilot4.section(FLAGS.round4, images_dir, rel),
             round3.section(FLAGS.round3, images_dir, rel),
             pilot_bn.section(FLAGS.round3, images_dir, rel),
             reliability.section(FLAGS.round3, images_dir, rel),

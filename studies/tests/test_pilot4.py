@@ -78,3 +78,39 @@ def test_collapse_counts_zero_and_lars_best_takes_the_lower_rate_on_a_tie():
     runs.update(_runs({8192: {1.25: 88.0, 2.5: 90.0, 5.0: 90.0, 10.0: 70.0}}, pair="lars"))
     assert plan.lars_best(runs) == (8192, 2.5, 90.0)
     assert plan.next_run(runs) is None
+
+
+def test_section_reads_progress_decision_and_lars(tmp_path):
+    import json
+
+    from report import pilot4
+
+    def write(runs):
+        (tmp_path / plan.FILE).write_text(json.dumps({"runs": runs}))
+        return pilot4.section(str(tmp_path), str(tmp_path / "img"), "img")
+
+    for r in (runs := _runs({8192: {1.6: 90.0}})).values():
+        r.update(warmup_steps=96, steps=240)
+    text = write(runs)
+    assert "- Momentum, batch 8192 (96 warm-up steps of 240, 16 groups of 512): 1.6 → 90.00" in text
+    assert "(in progress: 1 of 3 runs)" in text and "Decision: pending" in text
+    runs = _runs(
+        {8192: {1.6: 88.0, 3.2: 91.0, 6.4: 90.0}, 16384: {3.2: 80.0, 6.4: 89.0, 12.8: 85.0}}
+    )
+    for r in runs.values():
+        r.update(warmup_steps=96, steps=240)
+    text = write(runs)
+    assert "best 3.2, +1.88 pp below batch 256." in text
+    assert (
+        "**Decision (the plan's rule: the smallest batch 1-3 pp below batch 256's 92.88 %): batch 8192;"
+        in text
+    )
+    assert "- LARS, batch 8192: no run yet (in progress: 0 of 4 runs)." in text
+    assert (tmp_path / "img" / pilot4.PLOT).exists()
+    runs = _runs(
+        {8192: {1.6: 90.0, 3.2: 92.5, 6.4: 91.0}, 16384: {3.2: 90.0, 6.4: 92.0, 12.8: 91.0}}
+    )
+    for r in runs.values():
+        r.update(warmup_steps=96, steps=240)
+    assert "do not reach the regime" in write(runs)
+    assert pilot4.section(str(tmp_path / "none"), str(tmp_path), "img") == ""
