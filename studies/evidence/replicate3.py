@@ -30,7 +30,11 @@ FILE = "replicate.json"
 def compare(frozen, today):
     """The record of one rerun beside its frozen run."""
     curve = [abs(a["val_acc"] - b["val_acc"]) for a, b in zip(frozen["curve"], today["curve"])]
+    differs = [c["epoch"] for c, d in zip(frozen["curve"], today["curve"]) if c != d]
     return {
+        "first_epoch_differing": differs[0] if differs else None,
+        "frozen_val_curve": [c["val_acc"] for c in frozen["curve"]],
+        "today_val_curve": [c["val_acc"] for c in today["curve"]],
         "frozen": {k: frozen["final"][k] for k in ("val_acc", "test_acc")},
         "today": {k: today["final"][k] for k in ("val_acc", "test_acc")},
         "max_abs_val_curve_diff_pp": max(curve),
