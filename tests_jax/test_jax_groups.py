@@ -86,3 +86,24 @@ def test_refusals_name_what_to_use():
         vrgd_tf.VRGDLamb(squares_dtype="bfloat16")
     with pytest.raises(ValueError, match="num_groups"):
         vrgd_tf.use_micro_batches(mlp(2, 1), num_groups=0)
+
+
+def test_mixed_bfloat16_statistics_interval_and_gsnr_logger():
+    use_devices(1)
+    x, y = data(rows=64)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = mlp(x.shape[1], y.shape[1])
+        model.compile(vrgd_tf.VRGDLamb(0.01, statistics_interval=8), "mse")
+        vrgd_tf.use_micro_batches(model, num_groups=4)
+        history = model.fit(
+            x, y, batch_size=16, shuffle=False, verbose=0, callbacks=[vrgd_tf.GSNRLogger()]
+        )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    # 4 steps, interval 8: nothing recorded yet, so the headline has no value
+    assert int(model.optimizer.iterations.numpy()) == 4
+    assert np.isnan(history.history["vrgd/median/mean_factor"][0])
+    model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
+    rows = vrgd_tf.vrgd_statistics(model.optimizer).values()
+    assert all(0.1 <= row["mean_factor"] <= 1 for row in rows)
