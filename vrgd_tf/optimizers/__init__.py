@@ -20,8 +20,20 @@ Weight decay: ``VRGDSGD``/``VRGDAdam`` take Keras' ``weight_decay`` (and its
 ``weight_decay_rate`` only and refuse ``weight_decay`` with a ``ValueError``.
 """
 
+import os as _os
+
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
-from vrgd_tf.optimizers.vr import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
+
+# The TensorFlow family patches Keras' TensorFlow optimizer; under KERAS_BACKEND=jax
+# (vrgd_tf.keras_jax, which imports Lamb and Lars from here) it is not imported.
+if _os.environ.get("KERAS_BACKEND") != "jax":
+    from vrgd_tf.optimizers.vr import (
+        VRGDSGD,
+        VRGDAdam,
+        VRGDLamb,
+        VRGDLars,
+        make_vrgd_optimizer,
+    )
 
 __all__ = ["Lamb", "Lars", "VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]

@@ -1,0 +1,111 @@
+"""The GSNR math of the JAX path (``docs/spec.md`` sections 1 to 3 and 4's diagnostics), in
+``jax.numpy``: pure functions of the sums over the ``k`` samples, no collective, no state.
+
+Per variable, with ``S1 = sum_d x_d`` and ``S2 = sum_d x_d**2`` over the ``k`` samples that
+contributed (spec section 1; ``x_d = c * g_d`` for any ``c``, which cancels):
+
+    signal  = S1**2 / k,  noise = S2 - signal          (k * m**2 and k * s2)
+    defined = noise > rtol * k * S2                    (False for NaN/Inf: also finiteness)
+    r       = signal / noise  where defined, else 0    (eq. 7)
+    f       = clip(r / mean(r), gamma, 1) where defined, else 1       (eqs. 8, 9)
+
+with factor 1 for the whole variable when ``mean(r)`` over its defined elements is 0 or not
+finite (section 2). The factor momentum (section 3, *our reading*) is kept in the deficit
+form ``d_t = (1 - beta_3**t) - p_t`` with ``c_t = 1 - beta_3**t``, so that
+``p_hat = 1 - d_t / c_t`` is exactly 1 while every factor so far was 1: ``gamma = 1`` with
+any ``beta_3`` is the base step bit for bit. The TensorFlow path has its own definition
+(:mod:`vrgd_tf.gsnr`, see ``docs/spec.md``); both are tested against
+``tests/numpy_reference.py``.
+"""
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["NOISE_RTOL", "Factor", "factor", "smooth", "statistics"]
+
+#: An element has no noise estimate when ``s2 <= NOISE_RTOL * k * mean(x**2)`` (16 float32
+#: ulps per sample; the value of ``vrgd_tf.gsnr.NOISE_RTOL``, written here so that this
+#: path needs no TensorFlow).
+NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
+
+
+class Factor(NamedTuple):
+    """One variable's raw factor and what the diagnostics reuse (float32).
+
+    Attributes:
+      factor: the variable's shape, in ``[gamma, 1]``; 1 where the GSNR is undefined.
+      mean_ratio: scalar, ``mean(r)`` over the defined elements; 0 if there is none.
+      num_defined: scalar, the number of those elements.
+      finite: scalar bool, whether all of ``S1`` is finite.
+    """
+
+    factor: jnp.ndarray
+    mean_ratio: jnp.ndarray
+    num_defined: jnp.ndarray
+    finite: jnp.ndarray
+
+
+def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
+    """The raw factor of one variable (spec sections 1 and 2).
+
+    Args:
+      s1, s2: float32 arrays of the variable's shape, ``S1`` and ``S2``.
+      k: float32 scalar (traced), the contributing samples; below 2 nothing is defined.
+      gamma: Python float in (0, 1].
+      rtol: the noise threshold per sample.
+
+    Returns:
+      :class:`Factor`; no Inf or NaN is formed from finite sums.
+    """
+    threshold = jnp.where(k >= 2.0, rtol * k, jnp.inf)
+    signal = jnp.square(s1) * (1.0 / jnp.maximum(k, 1.0))
+    noise = s2 - signal
+    defined = noise > threshold * s2
+    ratio = jnp.where(defined, signal / jnp.where(defined, noise, 1.0), 0.0)
+    num_defined = jnp.sum(defined, dtype=jnp.float32)
+    mean_ratio = jnp.where(num_defined > 0, jnp.sum(ratio) / jnp.maximum(num_defined, 1.0), 0.0)
+    usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
+    safe = jnp.where(usable, mean_ratio, 1.0)
+    low = jnp.where(usable, jnp.float32(gamma), 1.0)
+    raw = jnp.where(defined, jnp.clip(ratio / safe, low, 1.0), 1.0)
+    return Factor(raw, mean_ratio, num_defined, jnp.all(jnp.isfinite(s1)))
+
+
+def smooth(raw, deficit, correction, beta_3: float, gamma: float):
+    """One step of the factor momentum (spec section 3) in the deficit form.
+
+    Args:
+      raw: float32, the step's factor ``f_t``.
+      deficit: float32, the same shape, ``d_{t-1}``.
+      correction: float32 scalar, ``c_{t-1} = 1 - beta_3**(t-1)``.
+      beta_3: Python float in (0, 1).
+      gamma: Python float in (0, 1].
+
+    Returns:
+      ``(p_hat_t, d_t, c_t)``; ``p_hat_t`` in ``[gamma, 1]``.
+    """
+    new_correction = beta_3 * correction + (1.0 - beta_3)
+    new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - raw)
+    return jnp.clip(1.0 - new_deficit / new_correction, gamma, 1.0), new_deficit, new_correction
+
+
+def statistics(s1, raw: Factor, applied, k, gamma: float) -> jnp.ndarray:
+    """The diagnostics of one variable (spec section 4), float32 ``[5]``: mean GSNR, fraction
+    of the raw factor at ``gamma`` and at 1, mean applied factor, ``||f S1|| / ||S1||``
+    (1 when ``||S1|| = 0``); the fields of ``vrgd_tf.gsnr.STATISTICS_FIELDS``."""
+    size = float(max(int(np.prod(s1.shape)), 1))
+    at_gamma = jnp.sum(raw.factor <= gamma, dtype=jnp.float32) if gamma < 1.0 else 0.0
+    plain = jnp.sum(jnp.square(s1))
+    scaled = jnp.sum(jnp.square(applied * s1))
+    ratio = jnp.where(plain > 0, jnp.sqrt(scaled / jnp.where(plain > 0, plain, 1.0)), 1.0)
+    return jnp.stack(
+        [
+            raw.mean_ratio,
+            jnp.asarray(at_gamma, jnp.float32) / size,
+            jnp.sum(raw.factor >= 1.0, dtype=jnp.float32) / size,
+            jnp.mean(applied),
+            ratio,
+        ]
+    ).astype(jnp.float32)

@@ -1,0 +1,159 @@
+"""The grouped train step of the JAX path and its door, :func:`use_micro_batches`.
+
+Samples (spec section 1, with micro-batch groups): the global batch ``B`` is reshaped
+row-major to ``(k, B / k, ...)``, ``k = n x m`` for ``n`` devices of the data axis of
+``keras.distribution.DataParallel`` (1 without a distribution) and ``m`` groups per device.
+Keras shards the batch contiguously over the devices, so device ``d`` holds samples
+``d*m .. d*m + m - 1``: the group axis is constrained to the data mesh axis and the gradient
+of each group is taken under ``jax.vmap(..., spmd_axis_name=<data axis>)``, which keeps every
+group on its device. The sums of ``g`` and ``g*g`` over the group axis are the step's only
+collective (XLA merges both into one all-reduce). The same samples therefore give the same
+weights whatever ``n`` and ``m`` are (1 x 4, 2 x 2, 4 x 1), to float32 rounding.
+
+Non-trainable state (BatchNorm): each group normalises with its own batch statistics (as
+per-replica BatchNorm under ``TPUStrategy``; stock Keras-JAX ``DataParallel`` normalises over
+the global batch), and the groups' new float values (moving mean and variance) are averaged;
+integer state (seed generators, counters) takes group 0's. The loss tracker gets the mean of
+the groups' losses and the compiled metrics are computed once on the whole batch.
+"""
+
+import functools
+
+import jax
+import keras
+from jax.sharding import NamedSharding, PartitionSpec
+from keras.src import tree
+from keras.src.trainers.data_adapters import data_adapter_utils
+
+from vrgd_tf.keras_jax import optimizers as optimizers_lib
+
+__all__ = ["use_micro_batches", "sample_plan"]
+
+
+def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
+    """Makes ``model.fit`` take ``k = devices x num_groups`` GSNR samples per step (JAX).
+
+    Sets the model instance's ``train_step`` to the grouped step (module docstring), the
+    door a TensorFlow user already knows. Call it after ``model.compile`` with a VRGD
+    optimizer; ``fit`` then trains with VRGD (always compiled by XLA on JAX). The setting is
+    not saved: call it again after ``keras.models.load_model``.
+
+    Args:
+      model: a compiled Keras 3 model whose optimizer is a ``vrgd_tf`` VRGD optimizer.
+      num_groups: int >= 1, the groups ``m`` per device; the global batch must be a
+        multiple of ``k = n x m`` (``n`` devices of ``DataParallel``'s data axis).
+
+    Returns:
+      ``model``.
+
+    Raises:
+      TypeError: ``num_groups`` is not an int, or the optimizer is not a VRGD optimizer.
+      ValueError: ``num_groups < 1``; a loss-scale optimizer (mixed ``float16``); or, at
+        the first step, a batch that is not a multiple of ``k``.
+    """
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int):
+        raise TypeError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
+    if num_groups < 1:
+        raise ValueError(f"`num_groups` must be >= 1; got {num_groups}.")
+    optimizer = getattr(model, "optimizer", None)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            "use_micro_batches on JAX does not support a loss-scale optimizer (the "
+            "'mixed_float16' policy). Use the 'mixed_bfloat16' policy, which needs no loss "
+            "scaling, or the TensorFlow backend."
+        )
+    if not isinstance(optimizer, optimizers_lib.VRGDOptimizer):
+        raise TypeError(
+            "use_micro_batches: compile the model with a vrgd_tf VRGD optimizer first "
+            f"(e.g. vrgd_tf.VRGDLamb); its optimizer is {type(optimizer).__name__}."
+        )
+    model.train_step = functools.partial(grouped_train_step, model, num_groups)
+    model.train_function = None
+    return model
+
+
+def sample_plan(num_groups: int):
+    """``(k, mesh, axis)``: the samples per step and the data axis of the current
+    ``keras.distribution.DataParallel`` (``(num_groups, None, None)`` without one).
+
+    Raises:
+      ValueError: a distribution other than ``DataParallel``.
+    """
+    dist = keras.distribution.distribution()
+    if dist is None:
+        return num_groups, None, None
+    if not isinstance(dist, keras.distribution.DataParallel):
+        raise ValueError(
+            f"use_micro_batches on JAX supports keras.distribution.DataParallel; got "
+            f"{type(dist).__name__}. Use DataParallel (variables replicated)."
+        )
+    mesh = dist.device_mesh.backend_mesh
+    axis = dist.batch_dim_name
+    return mesh.shape[axis] * num_groups, mesh, axis
+
+
+def _split(t, k, mesh, axis):
+    """``t`` ``[B, ...]`` as ``[k, B / k, ...]`` (row-major), group axis on the data axis."""
+    if t is None:
+        return None
+    if t.shape[0] % k:
+        raise ValueError(
+            f"use_micro_batches: a batch of {t.shape[0]} rows cannot be split into k = {k} "
+            "GSNR samples. Use a global batch that is a multiple of k and a data set whose "
+            "size is a multiple of the batch (tf.data: `drop_remainder=True`), or "
+            "`steps_per_epoch`."
+        )
+    t = t.reshape((k, t.shape[0] // k) + tuple(t.shape[1:]))
+    if mesh is not None:
+        t = jax.lax.with_sharding_constraint(t, NamedSharding(mesh, PartitionSpec(axis)))
+    return t
+
+
+def _merge_state(values):
+    """The groups' non-trainable values ``[k, ...]``: mean of floats, group 0's otherwise."""
+    if jax.numpy.issubdtype(values.dtype, jax.numpy.floating):
+        return values.mean(axis=0).astype(values.dtype)
+    return values[0]
+
+
+def grouped_train_step(model, num_groups, state, data):
+    """``JAXTrainer.train_step`` (Keras 3.15) with ``k`` samples: per-group gradients under
+    ``vmap``, their sums and the VRGD step (module docstring)."""
+    trainable, non_trainable, optimizer_vars, metrics_vars = state
+    x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+    k, mesh, axis = sample_plan(num_groups)
+    groups = tree.map_structure(lambda t: _split(t, k, mesh, axis), (x, y, sample_weight))
+
+    def group_gradient(xg, yg, swg):
+        grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+        (_, aux), grads = grad_fn(
+            trainable, non_trainable, metrics_vars, xg, yg, swg,
+            training=True, optimizer_variables=optimizer_vars,
+        )  # fmt: skip
+        unscaled_loss, y_pred, new_non_trainable, _ = aux
+        return grads, unscaled_loss, y_pred, new_non_trainable
+
+    grads, losses, y_pred, new_non_trainable = jax.vmap(group_gradient, spmd_axis_name=axis)(
+        *groups
+    )
+    sums = _sums(grads)
+    optimizer = model.optimizer
+    trainable, optimizer_vars = optimizer.vrgd_stateless_apply(optimizer_vars, sums, trainable)
+    non_trainable = [_merge_state(v) for v in new_non_trainable]
+    y_pred = tree.map_structure(lambda t: t.reshape((-1,) + tuple(t.shape[2:])), y_pred)
+    logs, metrics_vars = model._update_metrics_variables(
+        metrics_vars, losses.mean(), x, y, y_pred, sample_weight
+    )
+    return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
+
+
+def _sums(grads) -> optimizers_lib.GroupSums:
+    """``S1``, ``S2`` (float32) and the contributing samples of per-group gradients
+    ``[k, ...]``: a group contributes when some element of its gradients is nonzero."""
+    grads = [g.astype("float32") for g in grads]
+    squares = [g * g for g in grads]
+    per_group = sum(sq.reshape(sq.shape[0], -1).sum(axis=1) for sq in squares)
+    k = (per_group > 0).sum(dtype="float32")
+    return optimizers_lib.GroupSums(
+        [g.sum(axis=0) for g in grads], [sq.sum(axis=0) for sq in squares], k
+    )
