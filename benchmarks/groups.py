@@ -46,8 +46,8 @@ split into 8 groups and its peak memory with 8 groups, PASS/FAIL, exit status 1 
 (``--quick``: informative only).
 
 Examples:
-  python benchmarks/groups.py --quick
-  python benchmarks/groups.py
+  python3 benchmarks/groups.py --quick
+  python3 benchmarks/groups.py
 """
 
 import os

@@ -12,7 +12,7 @@ end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``) on the one-thread r
 per configuration, exit status 1 on a failure.
 
 Example:
-  python benchmarks/gsnr_memory.py            # about a minute
+  python3 benchmarks/gsnr_memory.py            # about a minute
 """
 
 import argparse

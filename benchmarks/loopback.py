@@ -31,9 +31,9 @@ batch 8 per worker: a step dominated by the all-reduce) and ``bert_tiny`` (Model
 random token ids).
 
 Examples:
-  python benchmarks/loopback.py --quick
-  python benchmarks/loopback.py
-  python benchmarks/overhead.py --loopback --models=   # the same, from overhead.py
+  python3 benchmarks/loopback.py --quick
+  python3 benchmarks/loopback.py
+  python3 benchmarks/overhead.py --loopback --models=   # the same, from overhead.py
 """
 
 import argparse

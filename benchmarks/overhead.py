@@ -32,8 +32,8 @@ At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): VR/base ste
 memory per model, PASS/FAIL, exit status 1 on a failure (``--quick``: informative only).
 
 Examples:
-  python benchmarks/overhead.py --quick
-  python benchmarks/overhead.py
+  python3 benchmarks/overhead.py --quick
+  python3 benchmarks/overhead.py
 """
 
 import os

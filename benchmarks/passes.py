@@ -23,9 +23,9 @@ At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL p
 status 1 on a failure (``--quick``: informative only).
 
 Examples:
-  python benchmarks/passes.py                 # about 5 minutes
-  python benchmarks/passes.py --cpu_time      # one thread, CPU time: stable under load
-  python benchmarks/passes.py --quick         # seconds: small shapes, a smoke run
+  python3 benchmarks/passes.py                 # about 5 minutes
+  python3 benchmarks/passes.py --cpu_time      # one thread, CPU time: stable under load
+  python3 benchmarks/passes.py --quick         # seconds: small shapes, a smoke run
   PYTHONPATH=/tmp/before python benchmarks/passes.py --out /tmp/passes_before.json
 """
 

@@ -11,8 +11,8 @@ to add one); this file is the command line and the cost part's head; ``report/re
 writes the README's short cost block and the full list it links to.
 
 Examples:
-  python benchmarks/render.py --quick        # renders the *_quick.json results
-  python benchmarks/render.py                # renders overhead.json, groups.json, ...
+  python3 benchmarks/render.py --quick        # renders the *_quick.json results
+  python3 benchmarks/render.py                # renders overhead.json, groups.json, ...
 """
 
 import os
@@ -69,7 +69,7 @@ def _head(ov, ov_path, quick):
             "",
         ]
     return head + [
-        f"Cost rendered with `python benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
+        f"Cost rendered with `python3 benchmarks/render.py{' --quick' if FLAGS.quick else ''}`"
         f" from `{os.path.relpath(ov_path, REPO)}` and the other cost results. Machine: "
         f"{env.get('platform')}, {env.get('cpu_count')} CPU cores, TensorFlow "
         f"{env.get('tensorflow')}, Keras {env.get('keras')}; load average at the start "

@@ -27,7 +27,7 @@ buffer's ``8 N`` bytes (``N`` parameters) divided by ``statistics_interval``:
   ``extra_fraction_of_base_step``, the same as a fraction of base's step.
 
 Example:
-  python benchmarks/split_half_cost.py --reps 7 --steps 20
+  python3 benchmarks/split_half_cost.py --reps 7 --steps 20
 """
 
 import os

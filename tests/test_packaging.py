@@ -1,16 +1,22 @@
-"""The wheel a user installs: ``python -m build`` makes one that holds the library and nothing
+"""The wheel a user installs: ``python3 -m build`` makes one that holds the library and nothing
 else, and it works from a fresh virtual environment, away from the repository.
 
-The venv sees the TensorFlow already installed (``--system-site-packages``) and the wheel goes
-in with ``--no-deps --no-index``, so nothing is downloaded. The editable install of the
-development checkout (if any) must not shadow the wheel: the child checks that ``vrgd_tf`` is
-imported from the venv.
+The venv sees the TensorFlow already installed and the wheel goes in with ``--no-deps
+--no-index``, so nothing is downloaded. "Already installed" means where the running interpreter
+finds it. ``venv`` always builds on the base interpreter, so when the tests themselves run in
+a virtual environment (the README suggests one) a ``.pth`` file adds that environment's
+site-packages after the new venv's own (``site.addsitedir``: their ``.pth`` files processed,
+as for the base's), and ``--system-site-packages`` adds the base interpreter's only if the
+running interpreter sees them (outside a venv, or in one made with that flag). The editable
+install of the development checkout (if any) must not shadow the wheel: the child checks that
+``vrgd_tf`` is imported from the venv.
 """
 
 import glob
 import importlib.util
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -82,6 +88,28 @@ def build_wheel(source, out_dir):
     return wheel
 
 
+def _under(path, prefix):
+    return os.path.realpath(path).startswith(os.path.realpath(prefix) + os.sep)
+
+
+def make_venv(venv):
+    """A venv whose ``python`` sees the packages the running interpreter sees, in its order
+    (see the module docstring); returns that ``python``."""
+    in_venv = sys.prefix != sys.base_prefix
+    own = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    outer = [p for p in own if in_venv and not _under(p, sys.base_prefix)]
+    sees_base = not in_venv or any(_under(p, sys.base_prefix) for p in own)
+    _run([sys.executable, "-m", "venv", venv] + (["--system-site-packages"] if sees_base else []))
+    python = os.path.join(venv, "bin", "python")
+    if outer:
+        code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        purelib = _run([python, "-c", code]).stdout.strip()
+        lines = [f"import site; site.addsitedir({p!r})" for p in outer]
+        with open(os.path.join(purelib, "_vrgd_outer_env.pth"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return python
+
+
 class WheelTest(tf.test.TestCase):
     def test_wheel_holds_the_library_and_trains_from_a_fresh_venv(self):
         tmp = tempfile.mkdtemp(prefix="vrgd_wheel_")
@@ -103,8 +131,7 @@ class WheelTest(tf.test.TestCase):
         self.assertEqual({n for n in names if n.startswith("vrgd_tf/")}, library)
 
         venv = os.path.join(tmp, "venv")
-        _run([sys.executable, "-m", "venv", "--system-site-packages", venv])
-        python = os.path.join(venv, "bin", "python")
+        python = make_venv(venv)
         _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
               "--ignore-installed", wheel])  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}

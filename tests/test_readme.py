@@ -84,7 +84,7 @@ class ReadmeShapeTest(tf.test.TestCase):
         text = _read(README)
         self.assertLessEqual(len(text.splitlines()), MAX_README_LINES)
         for command in (
-            'python3 -m pip install -e ".[dev]" && python3 examples/digits/digits_large_batch.py',
+            'python3 -m pip install -e ".[examples]" && python3 examples/digits/digits_large_batch.py',
             'python3 -m pip install -e ".[dev]" && python3 -m pytest -q',
         ):
             self.assertIn(f"```bash\n{command}\n```", text)

@@ -187,5 +187,43 @@ class TrainPyRefusalTest(tf.test.TestCase):
         self.assertIn("KeyError: \"The key 'gama' does not exist", typo_err)
 
 
+class OrbitLinesOnceTest(tf.test.TestCase):
+    """train.py shows each Orbit loop line once: Orbit's controller logs and prints it, and
+    train.py's filter drops the logged copy (its INFO records), in a subprocess that logs
+    through absl's handler as ``app.run`` sets it up."""
+
+    def test_orbit_info_records_are_dropped_and_others_kept(self):
+        code = (
+            "import logging, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import train\n"
+            "from absl import logging as absl_logging\n"
+            "import orbit.controller as c\n"
+            "f = train.OrbitPrintedFilter()\n"
+            "def rec(path, level):\n"
+            "    return logging.LogRecord('absl', level, path, 1, 'm', None, None)\n"
+            "print(f.filter(rec(c.__file__, logging.INFO)),"
+            " f.filter(rec(c.__file__, logging.WARNING)),"
+            " f.filter(rec(train.__file__, logging.INFO)))\n"
+            "absl_logging.set_verbosity(absl_logging.INFO)\n"
+            "absl_logging.use_absl_handler()  # as app.run does\n"
+            "absl_logging.get_absl_handler().addFilter(f)\n"
+            "# A caller in controller.py, as its loops call _log (absl skips _log's frame).\n"
+            "exec(compile('def loop(m):\\n    _log(m)\\n', c.__file__, 'exec'), vars(c))\n"
+            "c.loop('train | step: 7 | once')\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code, SCRIPTS],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertIn("False True True", result.stdout)
+        both = result.stdout + result.stderr
+        self.assertEqual(both.count("train | step: 7 | once"), 1, both[-2000:])
+
+
 if __name__ == "__main__":
     tf.test.main()

@@ -18,19 +18,20 @@ Flags are Model Garden's (``official.common.flags.define_flags``): ``--experimen
 
 Cloud TPU::
 
-  python tpu_scripts/train.py --experiment=vrgd_resnet_imagenet --mode=train_and_eval \
+  python3 tpu_scripts/train.py --experiment=vrgd_resnet_imagenet --mode=train_and_eval \
     --model_dir=gs://bucket/resnet50_vrlars_32k --tpu=$TPU_NAME \
     --config_file=official_configs/resnet50_vrlars_32k.yaml \
     --params_override="task.train_data.input_path=gs://bucket/imagenet/train*,task.validation_data.input_path=gs://bucket/imagenet/valid*"
 
 CPU, 2 replicas (see ``docs/model_garden.md``)::
 
-  python tpu_scripts/train.py --experiment=vrgd_image_classification --mode=train_and_eval \
+  python3 tpu_scripts/train.py --experiment=vrgd_image_classification --mode=train_and_eval \
     --model_dir=/tmp/tiny_resnet --cpu_replicas=2 \
     --config_file=official_configs/cpu/tiny_resnet_digits_vrlars.yaml \
     --params_override="task.train_data.input_path=/tmp/vrgd_data/digits/train-*,task.validation_data.input_path=/tmp/vrgd_data/digits/validation-*"
 """
 
+import logging as std_logging
 import os
 import pprint
 import re
@@ -43,6 +44,25 @@ from official.common import flags as tfm_flags
 FLAGS = flags.FLAGS
 
 _PLACEHOLDER = re.compile(r"\$\{?[A-Z_][A-Z0-9_]*\}?|<[A-Z_]+>")
+
+
+class OrbitPrintedFilter:
+    """A ``logging`` filter that drops the INFO records of ``orbit.controller``: Orbit's
+    controller both logs and prints each loop's line (``train | step: ...``, ``eval | ...``,
+    checkpoints), so on a terminal each showed twice. The printed copy (stdout) stays; its
+    warnings stay in the log (its one INFO line not printed, "Sync on async checkpoint
+    saving.", goes too). Added to absl's handler in :func:`main`, for this process's
+    own output only (Orbit itself is left as it is)."""
+
+    def __init__(self):
+        import orbit.controller  # pylint: disable=g-import-not-at-top
+
+        self._path = os.path.splitext(os.path.realpath(orbit.controller.__file__))[0]
+
+    def filter(self, record) -> bool:
+        if record.levelno != std_logging.INFO:
+            return True
+        return os.path.splitext(os.path.realpath(record.pathname))[0] != self._path
 
 
 def _define_flags():
@@ -137,6 +157,7 @@ def build_strategy(params, cpu_replicas: int):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    logging.get_absl_handler().addFilter(OrbitPrintedFilter())
     if FLAGS.cpu_replicas:
         # Before anything creates a tensor: afterwards the CPU can no longer be split.
         devices = configure_cpu_replicas(FLAGS.cpu_replicas)
@@ -220,8 +241,6 @@ def main(argv):
 
 def _exit_now():
     """Flushes the logs and standard streams, then ends the process with status 0."""
-    import logging as std_logging  # pylint: disable=g-import-not-at-top
-
     for handler in std_logging.getLogger().handlers + logging.get_absl_logger().handlers:
         try:
             handler.flush()

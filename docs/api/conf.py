@@ -6,6 +6,7 @@ reference checked (``-W --keep-going -n``), offline (no intersphinx)::
 """
 
 import os
+import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -23,7 +24,14 @@ napoleon_numpy_docstring = False
 autodoc_default_options = {"member-order": "bysource"}
 autodoc_inherit_docstrings = False  # An override without a docstring is not documented.
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
+# The constructor's arguments beside the class name (with "separated" they were shown only on
+# an ``__init__`` entry, which autodoc leaves out: no signature at all).
+autodoc_class_signature = "mixed"
+# `name` in a docstring (single back-ticks, as in Markdown) is code, not a citation.
+default_role = "literal"
+# The optimizers' "VRGD arguments (...):" section (vrgd_tf.common, vrgd_tf.settings.args_doc)
+# is an argument list: _vrgd_arguments_section makes its header one napoleon knows.
+napoleon_custom_sections = [("VRGD arguments", "params_style")]
 # Names outside this package (TensorFlow, Keras, Model Garden, typing, NumPy, inspect) have no pages
 # here and no network to fetch their inventories from: their references are not checked.
 nitpick_ignore_regex = [
@@ -43,8 +51,29 @@ def _skip_named_tuple_fields(app, what, name, obj, skip, options):
     return None
 
 
+_VRGD_ARGUMENTS = re.compile(r"^(\s*)VRGD arguments \((.*)\):\s*$")
+
+
+def _vrgd_arguments_section(app, what, name, obj, options, lines):
+    """``VRGD arguments (sources):`` -> a sentence naming the sources, then the section
+    header ``VRGD arguments:``, so that napoleon renders each entry as an argument (name,
+    then its whole description) instead of a definition list cut at the first line break.
+    Runs before napoleon (priority 400 < 500)."""
+    for i, line in enumerate(lines):
+        match = _VRGD_ARGUMENTS.match(line)
+        if match:
+            indent, sources = match.groups()
+            lines[i : i + 1] = [
+                f"{indent}Sources of the VRGD arguments: {sources}.",
+                "",
+                f"{indent}VRGD arguments:",
+            ]
+            return
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _skip_named_tuple_fields)
+    app.connect("autodoc-process-docstring", _vrgd_arguments_section, priority=400)
 
 
 html_theme = "alabaster"
