@@ -11,8 +11,8 @@ are the tf_keras callbacks. :func:`~vrgd_tf.summaries.vrgd_statistics` reads the
 diagnostics through loss-scale wrappers.
 
 Under Keras 3's JAX backend (``KERAS_BACKEND=jax``, read before Keras is imported, or
-Keras' own configuration) the same names are the JAX classes of :mod:`vrgd_tf.keras_jax`
-and :func:`use_micro_batches` installs the grouped step that makes the GSNR samples; what
+Keras' own configuration) the same names are the JAX classes of ``vrgd_tf.keras_jax``
+and ``use_micro_batches`` installs the grouped step that makes the GSNR samples; what
 needs TensorFlow (``GSNRAggregator``, the tf_keras family, Model Garden, tf.distribute) is
 refused there with a message saying what to use instead.
 """
