@@ -52,7 +52,7 @@ def momentum_line(runs, batch):
             )
             else ""
         )
-        tail = f"; best {best:g}{edge}, {plan.REFERENCE - plan.val_of(runs[plan.run_key('momentum', batch, best)]):+.2f} pp below batch 256."
+        tail = f"; best {best:g}{edge}, {plan.REFERENCE - plan.val_of(runs[plan.run_key('momentum', batch, best)]):.2f} pp below batch 256 (one seed)."
     return head + (", ".join(cells) or "no run yet") + tail
 
 
@@ -60,7 +60,7 @@ def decision_line(runs):
     d = plan.decision(runs)
     if d is None:
         return "Decision: pending (the plan's rule reads it once both Momentum grids are complete)."
-    gaps = ", ".join(f"batch {b} {d['gap_pp'][b]:+.2f} pp" for b in plan.BATCHES)
+    gaps = ", ".join(f"batch {b} {d['gap_pp'][b]:.2f} pp" for b in plan.BATCHES)
     lo, hi = plan.GAP_RANGE
     if d["batch"] is None:
         return (
@@ -84,7 +84,13 @@ def lars_line(runs):
     cells = _cells(runs, "lars", d["batch"], plan.LARS_GRID)
     best = plan.lars_best(runs)
     tail = (
-        f"; best {best[1]:g}: round 4's LARS grid is centred there."
+        f"; best {best[1]:g}: round 4's LARS grid is centred there"
+        + (
+            " (the grid's top edge, which the plan does not extend: the best rate may lie"
+            " higher, so round 4's grid must reach above it)."
+            if best[1] == max(plan.LARS_GRID)
+            else "."
+        )
         if best
         else f" (in progress: {len(cells)} of {len(plan.LARS_GRID)} runs)."
     )

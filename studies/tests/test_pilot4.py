@@ -100,7 +100,7 @@ def test_section_reads_progress_decision_and_lars(tmp_path):
     for r in runs.values():
         r.update(warmup_steps=96, steps=240)
     text = write(runs)
-    assert "best 3.2, +1.88 pp below batch 256." in text
+    assert "best 3.2, 1.88 pp below batch 256 (one seed)." in text
     assert (
         "**Decision (the plan's rule: the smallest batch 1-3 pp below batch 256's 92.88 %): batch 8192;"
         in text
