@@ -29,7 +29,7 @@ import dataclasses
 import importlib.util
 import logging
 import math
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +46,7 @@ __all__ = [
     "HEADLINE_TAGS",
     "FIT_LOG_TAGS",
     "RELIABILITY_TAG",
+    "OptimizerGroup",
     "unwrap_optimizer",
     "vrgd_statistics",
     "all_weights_statistics",
@@ -108,6 +109,54 @@ _WRAPPER_ATTRS = ("inner_optimizer", "_optimizer")
 _MAX_WRAPPER_DEPTH = 16
 
 
+class OptimizerGroup:
+    """The VRGD optimizers inside a wrapper that holds several (Keras 3 ``MultiOptimizer``).
+
+    What :func:`unwrap_optimizer` returns for such a wrapper, so that
+    :func:`vrgd_statistics`, ``GSNRLogger`` and ``GSNRTensorBoard`` read every VRGD
+    optimizer inside. Its rows are labelled by the optimizer that owns them:
+    ``"<optimizer name>/<variable name>"`` (the optimizer's position appended,
+    ``"<name>_<i>"``, where two share a name).
+
+    Attributes:
+      wrapper: the wrapper (its ``iterations`` count the steps).
+      optimizers: the VRGD optimizers inside it, in the wrapper's order.
+      split_half: True if any of them measures the split-half reliability.
+      statistics_interval: int, the greatest common divisor of their positive
+        ``statistics_interval`` (a step that any of them records on), 0 if none records.
+    """
+
+    def __init__(self, wrapper, optimizers: Sequence):
+        self.wrapper = wrapper
+        self.optimizers = list(optimizers)
+        self.split_half = any(o.split_half for o in self.optimizers)
+        intervals = [o.statistics_interval for o in self.optimizers if o.statistics_interval]
+        self.statistics_interval = math.gcd(*intervals) if intervals else 0
+        names = [o.name for o in self.optimizers]
+        self._labels = [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
+
+    @property
+    def iterations(self):
+        return self.wrapper.iterations
+
+    def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
+        """Every VRGD optimizer's rows, keyed ``"<optimizer>/<variable>"``."""
+        return {
+            f"{label}/{name}": row
+            for label, optimizer in zip(self._labels, self.optimizers)
+            for name, row in optimizer.vrgd_statistics().items()
+        }
+
+
+def _vrgd_inside_group(optimizer):
+    """The VRGD optimizers among ``optimizer.optimizers`` (each unwrapped), if it has some."""
+    inner = getattr(optimizer, "optimizers", None)
+    if not isinstance(inner, (list, tuple)):
+        return []
+    found = [unwrap_optimizer(o) for o in inner if o is not optimizer]
+    return [o for o in found if hasattr(o, "vrgd_statistics")]
+
+
 def unwrap_optimizer(optimizer):
     """The VRGD optimizer inside loss-scale wrappers, or ``optimizer`` itself if none.
 
@@ -115,18 +164,24 @@ def unwrap_optimizer(optimizer):
     ``tf_keras.mixed_precision.LossScaleOptimizer``) and ``_optimizer`` through nested
     wrappers (at most 16 deep), and returns the first optimizer found that has
     ``vrgd_statistics``. ``model.compile`` under a ``"mixed_float16"`` policy adds such a
-    wrapper around the optimizer it is given.
+    wrapper around the optimizer it is given. A wrapper that holds several optimizers in
+    ``optimizers`` (Keras 3 ``MultiOptimizer``) with VRGD ones among them gives an
+    :class:`OptimizerGroup` of those.
 
     Args:
       optimizer: any optimizer (either family), wrapped or not.
 
     Returns:
-      The VRGD optimizer, or ``optimizer`` unchanged when there is none inside it.
+      The VRGD optimizer (or :class:`OptimizerGroup`), or ``optimizer`` unchanged when
+      there is none inside it.
     """
     current, seen = optimizer, set()
     for _ in range(_MAX_WRAPPER_DEPTH):
         if hasattr(current, "vrgd_statistics"):
             return current
+        group = _vrgd_inside_group(current)
+        if group:
+            return OptimizerGroup(current, group)
         seen.add(id(current))
         inner = None
         for attr in _WRAPPER_ATTRS:
