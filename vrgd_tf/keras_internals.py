@@ -35,6 +35,7 @@ releases otherwise; :func:`check_model` does the same for a model's instance att
 Keras that stops calling the hook is caught at the first multi-replica ``apply``
 (:mod:`vrgd_tf.optimizers.vr`). Other private members the Keras 3 family calls, unchanged
 from 3.8 (or earlier) to 3.15: ``Optimizer._var_key``, ``_track_variable``,
+``_trainable_variables`` (``apply`` without variables),
 ``_distribution_strategy`` and ``add_variable(..., layout=)`` (``Lamb``/``Lars``).
 """
 
