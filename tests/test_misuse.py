@@ -185,3 +185,19 @@ class AggregatorOutputSummedTwiceTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class TensorAsVariableTest(tf.test.TestCase):
+    """A ``Tensor`` given as a variable: tf_keras ``VRGDSGD`` raises the base's clear
+    ``NotImplementedError`` (issue 36, fault 4; it failed with ``AttributeError:
+    '_unique_id'`` deep in the slot keying)."""
+
+    def test_tf_keras(self):
+        util.skip_without_tf_keras(self)
+        import tf_keras
+
+        import vrgd_tf.tf_keras as vt
+
+        for opt in (tf_keras.optimizers.legacy.SGD(0.1), vt.VRGDSGD(0.1)):
+            with self.assertRaisesRegex(NotImplementedError, r"(?i)updating a `Tensor`"):
+                opt.apply_gradients([(tf.ones(2), tf.zeros(2))])

@@ -89,6 +89,16 @@ class SavedFormatsTest(tf.test.TestCase):
             np.testing.assert_array_equal(value, EXPECTED[f"keras_file/weight/{i}"])
         self._assert_optimizer("keras_file/optimizer/", model.optimizer)
 
+    def test_keras_file_loads_the_tensorflow_family_after_the_jax_family_is_imported(self):
+        """Importing ``vrgd_tf.keras_jax`` in a TensorFlow-backend process (the doc test's
+        package walk does) left its classes registered under the TensorFlow family's names,
+        so a later ``load_model`` built the JAX ``VRGDLamb`` and continued 0.2 % off."""
+        import vrgd_tf.keras_jax  # noqa: F401
+
+        registered = keras.saving.get_registered_object("vrgd_tf>VRGDLamb")
+        self.assertIs(registered, vrgd_tf.VRGDLamb)
+        self.test_keras_file_loads_and_continues_bit_for_bit()
+
 
 if __name__ == "__main__":
     tf.test.main()

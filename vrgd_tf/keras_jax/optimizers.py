@@ -222,7 +222,10 @@ def _complete(cls, base_class, default_beta_3, register=True):
     cls.__signature__ = _signature(base_class, defaults, cls.__name__)
     head = cls.__dict__.get("__doc__") or f"VRGD version of `{base_class.__name__}` (JAX).\n"
     cls.__doc__ = head + "\n    VRGD arguments (docs/spec.md):\n" + settings.args_doc(defaults)
-    if register:
+    # Registered under the JAX backend only: the TensorFlow family registers the same names
+    # ("vrgd_tf>VRGDLamb", ...), and this module imported in a TensorFlow-backend process
+    # (e.g. by a doc build or a package walk) must not make `load_model` there build these.
+    if register and keras.backend.backend() == "jax":
         cls = keras.saving.register_keras_serializable(package="vrgd_tf", name=cls.__name__)(cls)
     return cls
 
@@ -234,7 +237,8 @@ def make_vrgd_optimizer(
 
     Args: as ``vrgd_tf.make_vrgd_optimizer`` on TensorFlow: ``base_class`` a subclass of
     ``keras.optimizers.Optimizer``; ``name`` (default ``"VRGD" + base_class.__name__``);
-    ``default_beta_3`` in [0, 1); ``register`` as Keras serializable (package ``vrgd_tf``);
+    ``default_beta_3`` in [0, 1); ``register`` as Keras serializable (package ``vrgd_tf``;
+    under the JAX backend only, where the class runs);
     ``doc`` the class docstring.
 
     Raises:

@@ -179,14 +179,27 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
             aggregates through it and then passes False: that is allowed). Skipping the
             aggregation would skip the GSNR step and train the base optimizer.
         """
+        grads_and_vars = list(grads_and_vars)
+        _check_variables(self, [v for _, v in grads_and_vars])
         if not experimental_aggregate_gradients:
-            grads_and_vars = list(grads_and_vars)
             _check_aggregated_by_vrgd(self, [g for g, _ in grads_and_vars])
         return super().apply_gradients(
             grads_and_vars,
             name=name,
             experimental_aggregate_gradients=experimental_aggregate_gradients,
         )
+
+
+def _check_variables(optimizer, variables) -> None:
+    """Raises the base's ``NotImplementedError`` for a ``Tensor`` given as a variable before
+    the VRGD state is keyed by it (that failed with ``AttributeError: '_unique_id'``)."""
+    for v in variables:
+        if isinstance(v, (tf.Tensor, tf.IndexedSlices)) and not isinstance(v, tf.Variable):
+            raise NotImplementedError(
+                f"{type(optimizer).__name__}: updating a `Tensor` is not implemented (as "
+                f"in tf_keras' optimizers). Received: var={v!r}. Pass the `tf.Variable`s "
+                "(e.g. `model.trainable_variables`) with their gradients."
+            )
 
 
 def _check_aggregated_by_vrgd(optimizer, grads) -> None:
