@@ -201,3 +201,15 @@ class TensorAsVariableTest(tf.test.TestCase):
         for opt in (tf_keras.optimizers.legacy.SGD(0.1), vt.VRGDSGD(0.1)):
             with self.assertRaisesRegex(NotImplementedError, r"(?i)updating a `Tensor`"):
                 opt.apply_gradients([(tf.ones(2), tf.zeros(2))])
+
+
+class OneSampleWarningTest(tf.test.TestCase):
+    """The one-sample warning names the likely cause when a strategy exists: a model or
+    optimizer made outside ``strategy.scope()`` trains on one replica (issue 36, fault 4)."""
+
+    def test_names_the_strategy_scope(self):
+        w = keras.Variable(np.ones(2, "float32"))
+        optimizer = vrgd_tf.VRGDSGD(0.1)
+        with self.assertLogs("vrgd_tf", "WARNING") as logs:
+            optimizer.apply([tf.ones(2)], [w])
+        self.assertRegex("\n".join(logs.output), r"only one GSNR sample.*strategy\.scope\(\)")

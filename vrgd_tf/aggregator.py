@@ -435,7 +435,9 @@ class GSNRAggregator(tf.Module):
                 "%s: only one GSNR sample per step (one replica in sync, no "
                 "micro-batch groups), so there is no gradient noise estimate; VRGD steps "
                 "exactly as its base optimizer. Train with k >= 2 replicas or micro-batch "
-                "groups (the paper uses at least 8) to get variance reduction.",
+                "groups (the paper uses at least 8) to get variance reduction. If you made a "
+                "tf.distribute strategy, build (or load) the model and create the optimizer "
+                "inside `strategy.scope()`: outside it they train on one replica.",
                 self._owner,
             )
             return
