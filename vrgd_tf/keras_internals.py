@@ -35,7 +35,7 @@ releases otherwise; :func:`check_model` does the same for a model's instance att
 Keras that stops calling the hook is caught at the first multi-replica ``apply``
 (:mod:`vrgd_tf.optimizers.vr`). Other private members the Keras 3 family calls, unchanged
 from 3.8 (or earlier) to 3.15: ``Optimizer._var_key``, ``_track_variable``,
-``_trainable_variables`` (``apply`` without variables),
+``_trainable_variables`` (:func:`any_gradient_to_reduce`),
 ``_distribution_strategy`` and ``add_variable(..., layout=)`` (``Lamb``/``Lars``).
 """
 
@@ -54,6 +54,7 @@ from vrgd_tf.gsnr import collectives
 __all__ = [
     "AGGREGATION_HOOK",
     "KERAS_TRAIN_STEP",
+    "any_gradient_to_reduce",
     "apply_grouped_loss_scaled",
     "check_finite_on_every_replica",
     "check_model",
@@ -156,6 +157,21 @@ def install_loss_scale_check() -> None:
 
 
 install_loss_scale_check()
+
+
+def any_gradient_to_reduce(optimizer, grads, trainable_variables=None) -> bool:
+    """Whether Keras 3's ``Optimizer.apply(grads, trainable_variables)`` reaches the
+    aggregation hook: it does when a gradient is not None and its variable is not
+    ``overwrite_with_gradient`` (``optimizers/base_optimizer.py``: ``apply`` drops None
+    gradients, assigns ``overwrite_with_gradient`` variables directly, e.g. float8 scales
+    and amax histories, and calls ``_backend_apply_gradients`` only for the rest).
+    ``trainable_variables=None`` means the optimizer's own, as in ``apply``."""
+    if trainable_variables is None:
+        trainable_variables = optimizer._trainable_variables
+    return any(
+        g is not None and not getattr(v, "overwrite_with_gradient", False)
+        for g, v in zip(grads, trainable_variables)
+    )
 
 
 # --- 3. the refusal of gradients summed twice ----------------------------------------------

@@ -111,7 +111,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
             ctx is not None
             and ctx.num_replicas_in_sync > 1
             and not self._vrgd_hook_called
-            and _any_gradient_to_reduce(grads, trainable_variables, self)
+            and keras_internals.any_gradient_to_reduce(self, grads, trainable_variables)
         ):
             raise RuntimeError(
                 f"{type(self).__name__}: Keras {keras.__version__} applied gradients "
@@ -138,18 +138,6 @@ class _KerasVRGDMixin(common.VRGDCommon):
         for i, g in zip(present, clipped):
             reduced[i] = (g, reduced[i][1])
         return reduced
-
-
-def _any_gradient_to_reduce(grads, trainable_variables, optimizer) -> bool:
-    """Whether ``apply`` had a gradient for Keras to all-reduce: one that is not None and
-    whose variable is not ``overwrite_with_gradient`` (Keras assigns those directly, e.g.
-    float8 scales and amax histories, and calls no aggregation when nothing else is left)."""
-    if trainable_variables is None:
-        trainable_variables = optimizer._trainable_variables
-    return any(
-        g is not None and not getattr(v, "overwrite_with_gradient", False)
-        for g, v in zip(grads, trainable_variables)
-    )
 
 
 def make_vrgd_optimizer(
