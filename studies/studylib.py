@@ -175,10 +175,11 @@ class Trainer:
     (``apply_gradients``), the whole batch's gradient. Traced once; ``reset``
     re-initialises the weights and zeroes every optimizer variable, so runs for other
     seeds and learning rates reuse the graph. ``train_steps`` slices each replica's shard
-    from a permutation inside the step (no ``tf.data`` pipeline).
+    from a permutation inside the step (no ``tf.data`` pipeline). ``jit_compile=True``
+    compiles the train function with XLA (one-replica strategies).
     """
 
-    def __init__(self, strategy, build_model, make_opt, groups=1):
+    def __init__(self, strategy, build_model, make_opt, groups=1, jit_compile=False):
         self.strategy = strategy
         self.groups = int(groups)
         if self.groups > 1 and strategy.num_replicas_in_sync != 1:
@@ -198,7 +199,7 @@ class Trainer:
             for k, v in cfg.items()
             if k != "learning_rate" and isinstance(v, (int, float, str, bool, list, type(None)))
         }
-        self._train = tf.function(self._train_impl)
+        self._train = tf.function(self._train_impl, jit_compile=bool(jit_compile) or None)
         self._eval = tf.function(self._eval_impl)
         self.weight_cache = {}
 

@@ -18,7 +18,6 @@ Example (from the repository root):
       --pairs=momentum --budget_minutes=600 > /work/evidence_run.log 2>&1 &
 """
 
-import math
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(2, os.path.dirname(os.path.dirname(HERE)))  # this checkout's vr
 
 import protocol3 as p3  # noqa: E402
 import provenance  # noqa: E402
+from runs import Budget, OutOfBudget, final_metrics  # noqa: E402
 
 FLAGS = flags.FLAGS
 PHASES = ("tune", "final")
@@ -71,31 +71,6 @@ def save_phase(phase, state):
     state["command"] = provenance.command_line()
     state["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     studylib.write_json(os.path.join(out_dir(), f"{phase}.json"), state)
-
-
-class OutOfBudget(Exception):
-    pass
-
-
-class Budget:
-    """Wall-clock guard: ``fits()`` is False when the expected run time would overrun."""
-
-    def __init__(self, minutes):
-        self.limit = minutes * 60.0 if minutes > 0 else None
-        self.start = time.time()
-        self.times = []
-
-    def record(self, seconds):
-        self.times.append(seconds)
-
-    def expected(self):
-        if self.times:
-            return sum(self.times) / len(self.times)
-        return p3.PILOT_SECONDS * p3.EPOCHS / 30.0
-
-    def check(self, what):
-        if self.limit is not None and time.time() - self.start + self.expected() > self.limit:
-            raise OutOfBudget(f"budget: next run {what}")
 
 
 class Runner:
@@ -168,27 +143,6 @@ class Runner:
             "provenance": provenance.snapshot(ignore=(results_prefix(),)),
             "load_average": list(os.getloadavg()),
         }
-
-
-def final_metrics(trainer, data, curve, with_test):
-    """End-of-run metrics; the test set only when ``with_test`` (final phase)."""
-    train_acc, train_loss = trainer.evaluate(data["tf_x"], data["tf_y"])
-    out = {
-        "val_acc": curve[-1]["val_acc"],
-        "val_loss": curve[-1]["val_loss"],
-        "train_acc": round(100 * train_acc, 3),
-        "train_loss": round(train_loss, 5),
-        "collapsed": not (math.isfinite(curve[-1]["val_acc"]) and curve[-1]["val_acc"] >= 20.0),
-        "diverged": not math.isfinite(train_loss),
-    }
-    if with_test:
-        test_acc, test_loss = trainer.evaluate(data["tf_x_test"], data["tf_y_test"])
-        out.update(
-            test_acc=round(100 * test_acc, 3),
-            test_loss=round(test_loss, 5),
-            gap=round(100 * train_acc - 100 * test_acc, 3),
-        )
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +226,7 @@ def main(argv):
     start = provenance.snapshot(ignore=(results_prefix(),))
     logging.info("provenance at start: %s", start)
 
-    budget = Budget(FLAGS.budget_minutes)
+    budget = Budget(FLAGS.budget_minutes, p3.PILOT_SECONDS * p3.EPOCHS / 30.0)
     epochs = 2 if FLAGS.quick else p3.EPOCHS
     phases = [p for p in PHASES if p in FLAGS.phases]
     try:
