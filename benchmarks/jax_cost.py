@@ -20,7 +20,11 @@ r"""What VR-LAMB costs over LAMB on Keras 3's JAX backend (issue 38, item 6), in
    the compiled program (``compile().memory_analysis()``, per device: arguments + outputs -
    aliased + temporaries, and temporaries alone) and their ratios; on GPU also the device's
    ``peak_bytes_in_use`` after each arm's warm-up (the base first; a peak never resets, so
-   the VR reading is the larger of the two arms' peaks).
+   the VR reading is the larger of the two arms' peaks). Per arm the compiled program's
+   collectives and convolutions are counted (``program``): under ``DataParallel`` the
+   ``jax.vmap`` of a convolution's weight gradient over the groups is a grouped convolution
+   that the SPMD partitioner does not split by group, so the activations are all-gathered
+   and every device computes all groups' weight gradients.
 
 2. The GSNR part in memory passes per element, as ``passes.py`` does for TensorFlow: on one
    device, BERT-tiny's 44 variable shapes (``BERT_TINY_SHAPES``, N = 4,384,058) and fixed
@@ -29,7 +33,9 @@ r"""What VR-LAMB costs over LAMB on Keras 3's JAX backend (issue 38, item 6), in
      pass   ``x + 1`` over one flat float32 ``[N]`` array (one read + one write);
      lamb   ``Lamb.stateless_apply`` of the summed gradient;
      vrgd   ``VRGDLamb.vrgd_stateless_apply`` of the sums of ``g`` and ``g*g`` over the
-            4 groups (``GroupSums``, k = 4: what the grouped step hands the optimizer).
+            4 groups (``GroupSums``, k = 4: what the grouped step hands the optimizer);
+            also without the diagnostics (``statistics_interval=0``) and without them and
+            the factor momentum (``beta_3=0``), which split the GSNR part's cost.
 
    ``--reps`` repetitions, each timing all three (``--steps`` calls) in an order rotated per
    repetition; from the medians and from the minima: ``lamb_passes = lamb / pass``,
@@ -50,6 +56,7 @@ Examples:
 
 import argparse
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -74,6 +81,13 @@ BERT_TINY_SHAPES = (
 QUICK_SHAPES = [(2000, 32), (32, 32), (32,), (64, 16)]
 #: Groups of the passes part (as ``passes.py``).
 PASS_GROUPS = 4
+#: The VR-LAMB steps of the passes part: the defaults (``vrgd``, the one the issue's aim is
+#: about), and two that split its cost: no diagnostics, and no diagnostics nor factor momentum.
+VR_VARIANTS = {
+    "vrgd": {},
+    "vrgd_no_statistics": {"statistics_interval": 0},
+    "vrgd_raw_factor": {"statistics_interval": 0, "beta_3": 0.0},
+}
 #: Samples per step of the end-to-end part: 8 devices x 1 group (CPU), 1 x 8 (GPU).
 SAMPLES = 8
 
@@ -147,6 +161,27 @@ def _memory(compiled):
     return out
 
 
+#: The ops of a compiled program that :func:`_program_summary` counts.
+_COUNTED_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "convolution")
+
+
+def _program_summary(compiled):
+    """Counts of collectives and convolutions in the compiled (per-device) program, and of
+    grouped convolutions (``feature_group_count`` or ``batch_group_count`` > 1): the
+    ``jax.vmap`` of a convolution's weight gradient over the groups is one."""
+    try:
+        text = compiled.as_text()
+    except Exception as e:  # pragma: no cover
+        return {"error": repr(e)}
+    ops = [line.split("=", 1)[1] for line in text.splitlines() if " = " in line]
+    out = {op: sum(f" {op}(" in line for line in ops) for op in _COUNTED_OPS}
+    out["grouped_convolution"] = sum(
+        " convolution(" in line and ("feature_group_count=" in line or "batch_group_count=" in line)
+        for line in ops
+    )
+    return out
+
+
 def _device_memory():
     import jax
 
@@ -186,6 +221,7 @@ class Arm:
         self.compiled = step.lower(self.state, self.data).compile()
         self.compile_seconds = time.perf_counter() - t0
         self.memory = _memory(self.compiled)
+        self.program = _program_summary(self.compiled)
         self.model, self.times = model, []
         self.elements = sum(math.prod(v.shape) for v in model.trainable_variables)
 
@@ -255,6 +291,7 @@ def time_config(name, plan, b, device, log):
         "steps_per_rep": steps,
         "step_ms": {},
         "memory": {side: arm.memory for side, arm in arms.items()},
+        "program": {side: arm.program for side, arm in arms.items()},
         "compile_seconds": {side: round(arm.compile_seconds, 2) for side, arm in arms.items()},
         "final_loss": {side: arm.final_loss() for side, arm in arms.items()},
     }
@@ -304,39 +341,45 @@ def measure_passes(shapes, reps, steps, log):
         s1.append(jnp.asarray(groups.sum(0)))
         s2.append(jnp.asarray(np.square(groups).sum(0)))
     n = int(sum(int(np.prod(s)) for s in shapes))
-    lamb, vrgd = vrgd_tf.Lamb(**LEARNING), vrgd_tf.VRGDLamb(**LEARNING)
-    lamb_vars = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
-    vrgd_vars = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
-    lamb.build(lamb_vars)
-    vrgd.build(vrgd_vars)
-    assert vrgd.beta_3 == 0.9 and vrgd.statistics_interval == 1 and vrgd.gamma == 0.1
     k = jnp.float32(PASS_GROUPS)
+    lamb = vrgd_tf.Lamb(**LEARNING)
+    lamb_vars = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
+    lamb.build(lamb_vars)
 
     def lamb_step(opt_values, train_values, grads):
         new_train, new_opt = lamb.stateless_apply(opt_values, grads, train_values)
         return new_opt, new_train
 
-    def vrgd_step(opt_values, train_values, sums1, sums2, k):
-        new_train, new_opt = vrgd.vrgd_stateless_apply(
-            opt_values, GroupSums(list(sums1), list(sums2), k), train_values
-        )
-        return new_opt, new_train
-
     jitted = {
         "pass": jax.jit(lambda x: x + 1.0, donate_argnums=0),
         "lamb": jax.jit(lamb_step, donate_argnums=(0, 1)),
-        "vrgd": jax.jit(vrgd_step, donate_argnums=(0, 1)),
     }
     state = {
         "pass": jnp.zeros([n], jnp.float32),
         "lamb": ([v.value for v in lamb.variables], [v.value for v in lamb_vars]),
-        "vrgd": ([v.value for v in vrgd.variables], [v.value for v in vrgd_vars]),
     }
     calls = {
         "pass": lambda: jitted["pass"](state["pass"]),
         "lamb": lambda: jitted["lamb"](*state["lamb"], s1),
-        "vrgd": lambda: jitted["vrgd"](*state["vrgd"], s1, s2, k),
     }
+    optimizers = {}
+    for key, settings in VR_VARIANTS.items():
+        vrgd = vrgd_tf.VRGDLamb(**LEARNING, **settings)
+        variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
+        vrgd.build(variables)
+        optimizers[key] = vrgd
+
+        def vrgd_step(opt_values, train_values, sums1, sums2, k, vrgd=vrgd):
+            new_train, new_opt = vrgd.vrgd_stateless_apply(
+                opt_values, GroupSums(list(sums1), list(sums2), k), train_values
+            )
+            return new_opt, new_train
+
+        jitted[key] = jax.jit(vrgd_step, donate_argnums=(0, 1))
+        state[key] = ([v.value for v in vrgd.variables], [v.value for v in variables])
+        calls[key] = functools.partial(lambda key: jitted[key](*state[key], s1, s2, k), key)
+    vrgd = optimizers["vrgd"]
+    assert vrgd.beta_3 == 0.9 and vrgd.statistics_interval == 1 and vrgd.gamma == 0.1
 
     def run(key, count):
         t0 = time.perf_counter()
@@ -354,7 +397,7 @@ def measure_passes(shapes, reps, steps, log):
         for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
             times[key].append(run(key, steps))
     result = {"elements": n, "variables": len(shapes), "groups": PASS_GROUPS}
-    result.update({"reps": reps, "steps": steps})
+    result.update({"reps": reps, "steps": steps, "variants": VR_VARIANTS})
     for stat, fn in (("median", np.median), ("min", np.min)):
         t = {key: float(fn(times[key])) for key in keys}
         result[stat] = {
@@ -363,6 +406,10 @@ def measure_passes(shapes, reps, steps, log):
             "vrgd_passes": t["vrgd"] / t["pass"],
             "gsnr_passes": (t["vrgd"] - t["lamb"]) / t["pass"],
         }
+        for key in VR_VARIANTS:
+            if key != "vrgd":
+                result[stat][f"gsnr_passes_{key}"] = (t[key] - t["lamb"]) / t["pass"]
+    result["times_ms"] = {key: [v * 1e3 for v in values] for key, values in times.items()}
     # The diagnostics of the last step, from the state the timed calls carried.
     opt_values = state["vrgd"][0]
     rows = [
@@ -375,7 +422,9 @@ def measure_passes(shapes, reps, steps, log):
     log(
         f"passes: pass {med['ms']['pass']:.2f} ms, LAMB {med['lamb_passes']:.1f} passes, "
         f"VRGD {med['vrgd_passes']:.1f}, GSNR part {med['gsnr_passes']:.1f} (min-based "
-        f"{result['min']['gsnr_passes']:.1f}; mean factor {result['mean_factor']:.3f})"
+        f"{result['min']['gsnr_passes']:.1f}; mean factor {result['mean_factor']:.3f}); "
+        f"without statistics {med['gsnr_passes_vrgd_no_statistics']:.1f}, and beta_3=0 "
+        f"{med['gsnr_passes_vrgd_raw_factor']:.1f}"
     )
     return result
 
@@ -456,7 +505,9 @@ def table(doc):
         lines.append(
             f"GSNR part: {p['median']['gsnr_passes']:.1f} passes per element (medians), "
             f"{p['min']['gsnr_passes']:.1f} (minima); LAMB {p['median']['lamb_passes']:.1f}, "
-            f"VR-LAMB {p['median']['vrgd_passes']:.1f}; N = {p['elements']}"
+            f"VR-LAMB {p['median']['vrgd_passes']:.1f}; N = {p['elements']}; without "
+            f"statistics {p['median']['gsnr_passes_vrgd_no_statistics']:.1f}, and beta_3=0 "
+            f"{p['median']['gsnr_passes_vrgd_raw_factor']:.1f}"
         )
     return "\n".join(lines)
 
