@@ -2,6 +2,10 @@
 
 The constructor checks raise before any state exists; :func:`check_variable_dtypes` runs at
 build time, the first moment the variables (and so their dtypes) are known.
+
+This module imports no TensorFlow (the JAX family, ``vrgd_tf.keras_jax``, uses its
+constructor checks); the two checks that read TensorFlow objects import it when they run,
+from TensorFlow-family code, where it is already imported.
 """
 
 import math
@@ -11,7 +15,6 @@ from typing import List, Optional
 
 import ml_dtypes
 import numpy as np
-import tensorflow as tf
 
 from vrgd_tf.naming import variable_name
 
@@ -251,6 +254,8 @@ def _hyperparameter(optimizer, name):
     if is_plain_number(value):
         return float(value)
     try:
+        import tensorflow as tf  # only the TensorFlow families reach here with a non-number
+
         with tf.init_scope():
             if callable(value) and not hasattr(value, "numpy"):
                 value = value()
@@ -340,6 +345,8 @@ def check_variable_dtypes(
     """
     if getattr(optimizer, "computes_in_float32", False):
         return
+    import tensorflow as tf  # called by the TensorFlow families only
+
     checked = {}
     for variable in variables:
         dtype = tf.as_dtype(variable.dtype)

@@ -52,13 +52,16 @@ The step is a composition of small stages, each a module of this package:
   :class:`StepReport`.
 """
 
-from vrgd_tf.gsnr.collectives import sum_with_squares
-from vrgd_tf.gsnr.factors import FactorContext
-from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF, SPLIT_HALF_FIELDS
-from vrgd_tf.gsnr.layout import PACK_LIMIT
+import importlib as _importlib
+
+# The options (``options``) import no TensorFlow: the settings of both families, including
+# the JAX family (``vrgd_tf.keras_jax``), check their values with them. Every other stage
+# needs TensorFlow and is imported on first use of one of its names (PEP 562), so that
+# ``import vrgd_tf`` under ``KERAS_BACKEND=jax`` imports no TensorFlow module.
 from vrgd_tf.gsnr.options import (
     NOISE_RTOL,
     NOISE_RTOL_BFLOAT16,
+    PACK_LIMIT,
     SPARSE_STATISTICS,
     SQUARES_DTYPES,
     GSNROptions,
@@ -71,18 +74,56 @@ from vrgd_tf.gsnr.options import (
     validate_split_half_stride,
     validate_squares_dtype,
 )
-from vrgd_tf.gsnr.samples import GroupSquares
-from vrgd_tf.gsnr.smoothing import smooth_factor
-from vrgd_tf.gsnr.sparse import dense_gradient
-from vrgd_tf.gsnr.state import VRGDState
-from vrgd_tf.gsnr.statistics import (
-    NUM_STATISTICS,
-    STATISTICS_FIELDS,
-    GSNRStatistics,
-    gsnr_factor,
-    gsnr_factors_flat,
+
+#: The names of the TensorFlow stages, each with the stage (module) that defines it.
+_LAZY = {
+    "sum_with_squares": "collectives",
+    "FactorContext": "factors",
+    "NUM_SPLIT_HALF": "halves",
+    "SPLIT_HALF_FIELDS": "halves",
+    "GroupSquares": "samples",
+    "smooth_factor": "smoothing",
+    "dense_gradient": "sparse",
+    "VRGDState": "state",
+    "NUM_STATISTICS": "statistics",
+    "STATISTICS_FIELDS": "statistics",
+    "GSNRStatistics": "statistics",
+    "gsnr_factor": "statistics",
+    "gsnr_factors_flat": "statistics",
+    "ReducedGradients": "step",
+    "StepReport": "step",
+    "variance_reduce": "step",
+}
+_STAGES = (
+    "collectives",
+    "factors",
+    "halves",
+    "layout",
+    "options",
+    "packing",
+    "reductions",
+    "samples",
+    "smoothing",
+    "sparse",
+    "state",
+    "statistics",
+    "step",
 )
-from vrgd_tf.gsnr.step import ReducedGradients, StepReport, variance_reduce
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _STAGES:
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_STAGES))
+
 
 __all__ = [
     "NOISE_RTOL",

@@ -30,6 +30,10 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+# The default ``pack_limit`` (how many elements a packed ``DENSE`` gradient may have) lives
+# with the other options, which import no TensorFlow.
+from vrgd_tf.gsnr.options import PACK_LIMIT
+
 __all__ = [
     "DENSE",
     "FLOAT64",
@@ -45,12 +49,6 @@ __all__ = [
 DENSE, FLOAT64, SPARSE_ROWS, SPARSE_DENSE = "dense", "float64", "sparse_rows", "sparse_dense"
 #: The paths whose gradients travel in the dense all-reduce calls.
 ALL_REDUCED = (DENSE, FLOAT64, SPARSE_DENSE)
-
-#: The default ``pack_limit``: ``DENSE`` gradients of at most this many elements share one
-#: block (:class:`Block`). Below it a variable's fixed cost per op outweighs the pack's
-#: extra copy (concatenation and split, about two passes over its elements); measured in
-#: ``benchmarks/passes.py`` and ``benchmarks/overhead.py``.
-PACK_LIMIT = 16384
 
 
 class Entry(NamedTuple):

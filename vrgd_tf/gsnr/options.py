@@ -8,16 +8,15 @@ once, by :class:`vrgd_tf.GSNRAggregator` at construction or by a direct call of
 import dataclasses
 import inspect
 import numbers
+import sys
 from typing import Callable, Mapping, Tuple
 
 import numpy as np
-import tensorflow as tf
-
-from vrgd_tf.gsnr import layout as layout_lib
 
 __all__ = [
     "NOISE_RTOL",
     "NOISE_RTOL_BFLOAT16",
+    "PACK_LIMIT",
     "SQUARES_DTYPES",
     "SPARSE_STATISTICS",
     "GSNROptions",
@@ -45,6 +44,14 @@ NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
 #: factor 1 and is left out of ``mean(r)``, as in float32 (*our reading*; measured in
 #: ``docs/results.md``).
 NOISE_RTOL_BFLOAT16 = 2.0**-8
+
+#: The default ``pack_limit``: ``DENSE`` gradients of at most this many elements share one
+#: block (``vrgd_tf.gsnr.layout.Block``). Below it a variable's fixed cost per op
+#: outweighs the pack's extra copy (concatenation and split, about two passes over its
+#: elements); measured in ``benchmarks/passes.py`` and ``benchmarks/overhead.py``. Defined
+#: here, with the other options, so that this module imports no TensorFlow (the JAX family
+#: checks its settings with it); :mod:`vrgd_tf.gsnr.layout` uses it.
+PACK_LIMIT = 16384
 
 #: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
 SQUARES_DTYPES = ("float32", "bfloat16")
@@ -172,7 +179,9 @@ def validate_squares_dtype(squares_dtype):
       TypeError: not a string (or ``tf.DType``).
       ValueError: not one of ``SQUARES_DTYPES``.
     """
-    if isinstance(squares_dtype, tf.DType):
+    # A tf.DType exists only where TensorFlow is imported: this module imports none.
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(squares_dtype, tf.DType):
         squares_dtype = squares_dtype.name
     if not isinstance(squares_dtype, str):
         raise TypeError(
@@ -292,7 +301,7 @@ class GSNROptions:
     factor_transforms: Tuple[Callable, ...] = ()
     sparse_statistics: str = "rows"
     split_half_stride: int = 0
-    pack_limit: int = layout_lib.PACK_LIMIT
+    pack_limit: int = PACK_LIMIT
 
     def __post_init__(self):
         checked = {

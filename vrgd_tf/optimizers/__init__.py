@@ -20,14 +20,14 @@ Weight decay: ``VRGDSGD``/``VRGDAdam`` take Keras' ``weight_decay`` (and its
 ``weight_decay_rate`` only and refuse ``weight_decay`` with a ``ValueError``.
 """
 
-import os as _os
-
+import vrgd_tf as _vrgd_tf
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
-# The TensorFlow family patches Keras' TensorFlow optimizer; under KERAS_BACKEND=jax
-# (vrgd_tf.keras_jax, which imports Lamb and Lars from here) it is not imported.
-if _os.environ.get("KERAS_BACKEND") != "jax":
+# The TensorFlow family patches Keras' TensorFlow optimizer; under Keras' JAX backend
+# (vrgd_tf.keras_jax, which imports Lamb and Lars from here; the backend as `import vrgd_tf`
+# reads it) it is not imported, and neither is TensorFlow.
+if _vrgd_tf._keras_backend() != "jax":
     from vrgd_tf.optimizers.vr import (
         VRGDSGD,
         VRGDAdam,

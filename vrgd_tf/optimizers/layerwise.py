@@ -1,10 +1,15 @@
 """What this package's LAMB and LARS share: the trust ratio, the float32 compute dtype, and
 one weight decay with its weight-decay and layer-adaptation exclusions
 (:class:`LayerwiseOptimizer`), as in Model Garden's ``lamb.LAMB`` and ``lars.LARS``.
+
+Backend-neutral (``keras.ops``): this module imports no TensorFlow, so that the JAX family
+(``vrgd_tf.keras_jax``) can use these classes without it.
 """
 
+import contextlib
+import sys
+
 import keras
-import tensorflow as tf
 from keras import ops
 
 from vrgd_tf import validation
@@ -186,7 +191,14 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             else str(variable.name).replace("/", "_").replace(":", "_")
         )
         colocate = variable.value if isinstance(variable, keras.Variable) else variable
-        with self._distribution_strategy.extended.colocate_vars_with(colocate):
+        # Keras' TensorFlow optimizer has a tf.distribute strategy; the JAX one has none.
+        strategy = getattr(self, "_distribution_strategy", None)
+        placement = (
+            contextlib.nullcontext()
+            if strategy is None
+            else strategy.extended.colocate_vars_with(colocate)
+        )
+        with placement:
             return self.add_variable(
                 shape=variable.shape,
                 dtype="float32",
@@ -200,7 +212,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         summed over duplicate rows into the variable's shape. LAMB and LARS take norms over
         the whole variable, so their sparse step is their dense step, as in Model Garden's
         LAMB (its LARS has no sparse rule)."""
-        if isinstance(gradient, tf.IndexedSlices):
+        tf = sys.modules.get("tensorflow")  # an IndexedSlices exists only once TF is imported
+        if tf is not None and isinstance(gradient, tf.IndexedSlices):
             return tf.convert_to_tensor(gradient)
         return gradient
 
