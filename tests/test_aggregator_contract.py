@@ -116,9 +116,15 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
             moved, LR * update, rtol=rtol, atol=1e-6, msg=f"{ratio:.4f} times the reference"
         )
 
-    @parameterized.product(
-        transform=sorted(TRANSFORMS),
-        apply=[("apply", keras3_apply), ("apply_gradients", keras3_apply_gradients)],
+    @parameterized.named_parameters(
+        *[
+            (f"{transform}_{name}", transform, apply)
+            for transform in sorted(TRANSFORMS)
+            for name, apply in (
+                ("apply", keras3_apply),
+                ("apply_gradients", keras3_apply_gradients),
+            )
+        ]
     )
     def test_keras3_optimizer(self, transform, apply):
         """Keras 3 SGD ``apply`` / ``apply_gradients`` of the output, after each transform:
@@ -127,7 +133,7 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
 
         def replica_step(aggregator, optimizer, w, x):
             shares = aggregator(local_gradient(w, x), [w])
-            apply[1](optimizer, [fn(g) for g in shares], w)
+            apply(optimizer, [fn(g) for g in shares], w)
 
         w, _ = one_step(lambda: keras.optimizers.SGD(LR), replica_step)
         self.assert_step(w, WEIGHTED_SUM, rtol=RTOL.get(transform, 1e-5))
