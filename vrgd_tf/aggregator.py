@@ -55,15 +55,17 @@ class GSNRAggregator(tf.Module):
     does next with per-replica gradients ends in an all-reduce SUM over the replicas (Keras
     3's ``apply``/``apply_gradients`` under a strategy, a tf_keras optimizer's default
     ``apply_gradients``, either ``LossScaleOptimizer``), and that sum of the shares is the
-    variance-reduced sum applied once; so is any step in between that is linear in the
-    gradient: ``tf.identity``, ``* c``, a cast to float16 and back, a loss scale's
-    unscaling. Why a share, and not the sum this class returned before: a sum handed out
-    is summed again by every optimizer that is not told otherwise, ``R`` times too far and
-    with no error that vrgd_tf could raise without patching Keras and tf_keras for the
-    whole process (and tensor marks do not survive ``tf.identity`` or clipping); an apply
-    owned by the aggregator, or a type the optimizers refuse, would shut out the optimizers
-    that users already have. With one replica the share is the sum. The VRGD optimizers and
-    :attr:`gradient_aggregator` use the sum itself (their hosts expect the aggregation).
+    variance-reduced sum applied once; so it is after any step in between that is linear
+    in the gradient: ``tf.identity``, ``* c``, a cast to float16 and back, a loss scale's
+    unscaling. Why a share and not the sum: a sum is summed again by every optimizer not
+    told otherwise, ``R`` times too far, with no error that vrgd_tf could raise without
+    patching Keras and tf_keras for the whole process (and marks on the tensors do not
+    survive ``tf.identity`` or clipping); an apply owned by the aggregator, or a type that
+    the optimizers refuse, would shut out the optimizers users already have. With one
+    replica the share is the sum. The VRGD optimizers and :attr:`gradient_aggregator` use
+    the sum itself (their hosts expect the aggregation there). A VRGD optimizer or a second
+    call handed the shares finds them equal on every replica, warns that no variable had a
+    GSNR and steps their sum, once.
 
     *Clipping* a share clips one replica's contribution, as plain Keras clips per-replica
     gradients in a custom loop: ``tf.clip_by_global_norm(shares, c)`` and
