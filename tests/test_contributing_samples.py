@@ -196,7 +196,8 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             out = strategy.experimental_local_results(step())[0].numpy()
         self.assertLen(few_warnings(logs), 1)
-        self.assertAllClose(out[[0, 2]], values.sum(axis=0), rtol=1e-6)  # the base step
+        # The base step: the 2 replicas' shares of the sum.
+        self.assertAllClose(out[[0, 2]] * 2, values.sum(axis=0), rtol=1e-6)
 
     @parameterized.parameters(False, True)
     def test_a_replica_contributes_when_any_square_is_nonzero_or_nan(self, jit):

@@ -80,7 +80,7 @@ class DocstringExamplesTest(tf.test.TestCase):
         import util
 
         if not util.HAS_TF_KERAS:
-            self.skipTest("The GSNRAggregator example uses tf_keras.")
+            self.skipTest("vrgd_tf.tf_keras and vrgd_tf.model_garden import tf_keras.")
         finder = doctest.DocTestFinder(exclude_empty=True)
         flags = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
         examples = {}

@@ -211,8 +211,8 @@ class AggregatorTest(tf.test.TestCase):
     """GSNRAggregator on its own, in a plain custom training loop."""
 
     def test_custom_loop_with_a_plain_optimizer_is_vrgd(self):
-        """aggregator + tf_keras SGD applying the summed gradients without a second
-        all-reduce (``experimental_aggregate_gradients=False``) equals VRGDSGD."""
+        """aggregator + tf_keras SGD's default ``apply_gradients``, which all-reduces the
+        replicas' shares into the variance-reduced sum, equals VRGDSGD."""
         init, grads = make_problem(2, seed=14, steps=STEPS)
         names = sorted(init)
         strategy = util.strategy_for(2)
@@ -228,10 +228,8 @@ class AggregatorTest(tf.test.TestCase):
             def replica_step():
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
                 local = [tf.gather(c[i], rid) for c in consts]  # this replica's gradients
-                summed = aggregator(local, variables)  # VRGD sum over the replicas
-                optimizer.apply_gradients(
-                    zip(summed, variables), experimental_aggregate_gradients=False
-                )
+                shares = aggregator(local, variables)  # this replica's share of the VRGD sum
+                optimizer.apply_gradients(zip(shares, variables))
 
             strategy.run(replica_step)
 

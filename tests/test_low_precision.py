@@ -333,7 +333,8 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
 
             return strategy.run(fn)
 
-        out = [strategy.experimental_local_results(o)[0].numpy() for o in step()]
+        # The sums: the 2 replicas' shares.
+        out = [strategy.experimental_local_results(o)[0].numpy() * 2 for o in step()]
         self.assertAllEqual(out[0], grads["huge"].sum(axis=0))
         # GSNR S1**2 / (2 S2 - S1**2): 441, 9, 1/9; mean 150; factors 1, 0.1, 0.1.
         self.assertAllClose(out[1], [2.1, 0.15, 0.05], rtol=1e-6)
@@ -369,7 +370,7 @@ class Float64SparseTest(tf.test.TestCase, parameterized.TestCase):
 
             return strategy.run(fn)
 
-        got = strategy.experimental_local_results(step())[0].numpy()
+        got = strategy.experimental_local_results(step())[0].numpy() * 2  # 2 shares: the sum
         expected = np.zeros((5, 2))
         for r in range(2):
             np.add.at(expected, indices[r], values[r])

@@ -93,7 +93,7 @@ class TfKerasSkippedAggregationTest(tf.test.TestCase):
 
 def run_with_aggregator(k, make_optimizer, apply, *, legacy=False):
     """One step on ``k`` replicas: the replicas' gradients go through a standalone
-    ``GSNRAggregator`` and then to ``apply(optimizer, summed, w)``. Returns ``w``."""
+    ``GSNRAggregator`` and then to ``apply(optimizer, share, w)``. Returns ``w``."""
     strategy = util.strategy_for(k)
     with strategy.scope():
         w = (tf.Variable if legacy else keras.Variable)(np.ones(3, np.float32), name="w")
@@ -102,14 +102,14 @@ def run_with_aggregator(k, make_optimizer, apply, *, legacy=False):
         opt = make_optimizer()
         if not legacy:
             opt.build([w])
-    grads = tf.constant([[1.0, -2.0, 0.5], [0.5, -1.0, 3.0], [2.0, 0.0, -1.0], [0.0, 1.0, 1.0]])
+    grads = tf.constant(GRADS)
 
     @tf.function
     def step():
         def fn():
             ctx = tf.distribute.get_replica_context()
-            summed = aggregator([tf.gather(grads, ctx.replica_id_in_sync_group)], [w])
-            apply(opt, summed[0], w)
+            share = aggregator([tf.gather(grads, ctx.replica_id_in_sync_group)], [w])
+            apply(opt, share[0], w)
 
         strategy.run(fn)
 
@@ -117,70 +117,58 @@ def run_with_aggregator(k, make_optimizer, apply, *, legacy=False):
     return w
 
 
+GRADS = np.array(
+    [[1.0, -2.0, 0.5], [0.5, -1.0, 3.0], [2.0, 0.0, -1.0], [0.0, 1.0, 1.0]], np.float32
+)
+
+
 def keras_apply(opt, g, w):
     opt.apply_gradients([(g, w)])
 
 
-class AggregatorOutputSummedTwiceTest(tf.test.TestCase, parameterized.TestCase):
-    """The aggregator's output is already the sum over the replicas: whatever would
-    all-reduce it again raises (it would step ``k`` times too far), with the fix."""
+class AggregatorOutputAppliedTest(tf.test.TestCase, parameterized.TestCase):
+    """The aggregator's output is each replica's share of the variance-reduced sum, so an
+    optimizer that all-reduces it (as it does any per-replica gradient) applies that sum
+    once: the same step as the optimizer's VRGD class given each replica's own gradients
+    (every path of the contract: ``tests/test_aggregator_contract.py``)."""
 
     @parameterized.named_parameters(
-        ("sgd", lambda: keras.optimizers.SGD(0.1)),
-        ("adam", lambda: keras.optimizers.Adam(0.1)),
-        ("lamb", lambda: vrgd_tf.Lamb(0.1)),
-        ("loss_scale", lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))),
+        ("sgd", keras.optimizers.SGD),
+        ("adam", keras.optimizers.Adam),
+        ("lamb", vrgd_tf.Lamb),
     )
-    def test_keras3_optimizer_under_several_replicas_raises(self, make):
-        with self.assertRaisesRegex(
-            ValueError, r"summed over the 4 replicas.*4 times too long.*make_vrgd_optimizer"
-        ):
-            run_with_aggregator(4, make, keras_apply)
+    def test_keras3_optimizer_equals_its_vrgd_class(self, base):
+        init = {"w": np.ones(3, np.float32)}
+        vr, _ = util.run_custom_loop(
+            util.strategy_for(4),
+            lambda: vrgd_tf.make_vrgd_optimizer(base, register=False)(0.1, gamma=0.1),
+            init,
+            {"w": GRADS[None]},
+        )
+        w = run_with_aggregator(4, lambda: base(0.1), keras_apply)
+        self.assertAllClose(w.numpy(), vr["w"].numpy(), rtol=1e-5, atol=1e-6)
 
     def test_keras3_optimizer_on_one_replica_is_the_sum(self):
         w = run_with_aggregator(1, lambda: keras.optimizers.SGD(0.1), keras_apply)
         self.assertAllClose(w.numpy(), 1.0 - 0.1 * np.array([1.0, -2.0, 0.5]))
 
-    def test_vrgd_optimizer_or_a_second_aggregator_call_raises(self):
-        with self.assertRaisesRegex(ValueError, r"already summed.*each replica's own gradients"):
-            run_with_aggregator(2, lambda: vrgd_tf.VRGDSGD(0.1), keras_apply)
-        with self.assertRaisesRegex(ValueError, r"already summed.*each replica's own gradients"):
-            run_with_aggregator(
-                2, lambda: vrgd_tf.GSNRAggregator(), lambda agg, g, w: agg([g], [w])
-            )
-
-    def test_the_supported_keras3_way_is_the_vrgd_class(self):
-        """What the message recommends: ``make_vrgd_optimizer(SGD)`` given each replica's
-        own gradients equals the aggregator's sum applied once (tf_keras SGD, no second
-        all-reduce)."""
+    def test_tf_keras_default_apply_gradients_equals_the_vrgd_class(self):
+        """A tf_keras optimizer's default ``apply_gradients`` (it all-reduces the shares)
+        equals ``VRGDSGD`` given each replica's own gradients."""
         util.skip_without_tf_keras(self)
         import tf_keras
 
         init = {"w": np.ones(3, np.float32)}
-        grads = np.array([[1.0, -2.0, 0.5], [0.5, -1.0, 3.0], [2.0, 0.0, -1.0], [0.0, 1.0, 1.0]])
-        grads = {"w": grads[None].astype(np.float32)}
         vr, _ = util.run_custom_loop(
-            util.strategy_for(4), lambda: vrgd_tf.VRGDSGD(0.1, gamma=0.1), init, grads
+            util.strategy_for(4),
+            lambda: vrgd_tf.VRGDSGD(0.1, gamma=0.1),
+            init,
+            {"w": GRADS[None]},
         )
-
-        def skip_all_reduce(opt, g, w):
-            opt.apply_gradients([(g, w)], experimental_aggregate_gradients=False)
-
-        summed = run_with_aggregator(
-            4, lambda: tf_keras.optimizers.legacy.SGD(0.1), skip_all_reduce, legacy=True
+        w = run_with_aggregator(
+            4, lambda: tf_keras.optimizers.legacy.SGD(0.1), keras_apply, legacy=True
         )
-        self.assertAllClose(vr["w"].numpy(), summed.numpy(), rtol=1e-6)
-
-    def test_tf_keras_optimizer_that_would_all_reduce_raises(self):
-        util.skip_without_tf_keras(self)
-        import tf_keras
-
-        with self.assertRaisesRegex(
-            ValueError, r"SGD.apply_gradients.*4 times too long.*experimental_aggregate"
-        ):
-            run_with_aggregator(
-                4, lambda: tf_keras.optimizers.legacy.SGD(0.1), keras_apply, legacy=True
-            )
+        self.assertAllClose(vr["w"].numpy(), w.numpy(), rtol=1e-6)
 
 
 if __name__ == "__main__":

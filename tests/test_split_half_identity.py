@@ -169,6 +169,6 @@ class ReplicaOrderTest(tf.test.TestCase, parameterized.TestCase):
         for call in range(3):
             for replica, outputs in enumerate(step()):
                 for i, (out, want) in enumerate(zip(outputs, expected)):
-                    self.assertAllEqual(
-                        out, want, msg=f"call {call}, replica {replica}, variable {i}"
+                    self.assertAllEqual(  # K replicas' shares: the sum, bit for bit
+                        out * K, want, msg=f"call {call}, replica {replica}, variable {i}"
                     )

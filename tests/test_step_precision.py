@@ -65,7 +65,8 @@ class GSNRStepPrecisionTest(tf.test.TestCase, parameterized.TestCase):
 
         reduced = step()
         for i, (x, u) in enumerate(zip(samples, reduced)):
-            got = strategy.experimental_local_results(u)[0].numpy().astype(np.float64)
+            share = strategy.experimental_local_results(u)[0].numpy().astype(np.float64)
+            got = share * k  # the k replicas' shares: the sum
             factor, s1 = ref.gsnr_factor(x, GAMMA)
             want = factor * s1
             # Both ends of the clip and the free range are exercised.

@@ -1,12 +1,13 @@
 """VRGD's GSNR step as a stateful building block: :class:`GSNRAggregator`.
 
 The VRGD optimizers of both families hold one and call it where their base optimizer would
-sum the replicas' gradients. It can equally serve a custom training loop, or the cross-replica
-aggregation of an optimizer that takes gradients already summed (a tf_keras optimizer with
-``experimental_aggregate_gradients=False``, Model Garden's optimizer factory). A Keras 3
-optimizer always all-reduces in ``apply`` (given the aggregator's output under several
-replicas it raises ``ValueError``): make its VRGD class with
-:func:`vrgd_tf.make_vrgd_optimizer` instead.
+sum the replicas' gradients. It can equally serve a custom training loop under a
+``tf.distribute`` strategy: called with each replica's own gradients, it returns each
+replica's share of the variance-reduced sum, which any optimizer then applies as it applies
+per-replica gradients (Keras 3 ``apply``/``apply_gradients``, a tf_keras optimizer's
+default ``apply_gradients``; see the class's output contract). Or it is the cross-replica
+aggregation of a tf_keras or Model Garden optimizer
+(:attr:`GSNRAggregator.gradient_aggregator`).
 
 The math is :func:`vrgd_tf.gsnr.variance_reduce` (paper arXiv 2309.13681, Algorithm 1 and
 eqs. 7 to 10; spec ``docs/spec.md``); this module holds its state, its step counter and its
@@ -21,16 +22,12 @@ from typing import Callable, Dict, Optional, Sequence
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from vrgd_tf import aggregated, gsnr, naming, strategies
+from vrgd_tf import gsnr, naming, strategies
 from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, signature_parameters
 
 __all__ = ["GSNRAggregator", "has_gsnr"]
 
 _LOG = logging.getLogger("vrgd_tf")
-_SUM_ONCE = (
-    "Give the GSNR step each replica's own gradients (from its tape), once per step; "
-    "its output is the sum that the optimizer applies."
-)
 
 
 def _replica_local_variable(kind, index, shape, reference):
@@ -43,53 +40,86 @@ def _replica_local_variable(kind, index, shape, reference):
 class GSNRAggregator(tf.Module):
     """The GSNR step of VRGD: all-reduce gradients with their squares, scale by the factor.
 
-    Call it in the replica context (inside ``strategy.run``) where the replicas' gradients
-    would be summed. It all-reduces (SUM) the float32 ``sum_j x_j`` and then
-    ``sum_j x_j**2`` (two calls; the squares in float32 or bfloat16) over the ``R`` replicas
-    in sync, each holding
+    Call it in the replica context (inside ``strategy.run``) with the replica's own
+    gradients, where an optimizer would sum the replicas' gradients. It all-reduces (SUM)
+    the float32 ``sum_j x_j`` and then ``sum_j x_j**2`` (two calls; the squares in float32
+    or bfloat16) over the ``R`` replicas in sync, each holding
     ``m = num_groups`` micro-batch gradients ``x_j``, so ``k = R * m`` GSNR samples; computes
     per element the GSNR ``r = S1**2 / (k S2 - S1**2)`` (eq. 7), the factor
     ``clip(r / mean(r), gamma, 1)`` per variable (eqs. 8, 9), its momentum if
-    ``beta_3 > 0`` (Section 4.2, *our reading*), and returns ``factor * S1`` (eq. 10): the
-    summed gradient that the base update rule then uses.
+    ``beta_3 > 0`` (Section 4.2, *our reading*), and the variance-reduced sum
+    ``factor * S1`` (eq. 10), which the base update rule then uses.
 
-    Example: a custom training step with a tf_keras optimizer, which can skip its own
-    all-reduce (Keras 3 optimizers cannot: use ``vrgd_tf.make_vrgd_optimizer(cls)`` there,
-    which aggregates with this class), on 2 logical CPU replicas. Replica 0's gradient is
-    ``[1, 1]`` and replica 1's ``[3, -0.5]``: the replicas agree on element 0 (GSNR 4) more
-    than on element 1 (GSNR 1/9), so the factor ``clip(r / mean(r), 0.1, 1)`` is
-    ``[1, 0.1]`` and the summed gradient ``S1 = [4, 0.5]`` becomes ``[4, 0.05]``:
+    **The output: each replica's share.** Every replica gets ``factor * S1 / R``, so the
+    sum of the outputs over the replicas is the variance-reduced sum. Whatever a custom loop
+    does next with per-replica gradients ends in an all-reduce SUM over the replicas (Keras
+    3's ``apply``/``apply_gradients`` under a strategy, a tf_keras optimizer's default
+    ``apply_gradients``, either ``LossScaleOptimizer``), and that sum of the shares is the
+    variance-reduced sum applied once; so it is after any step in between that is linear
+    in the gradient: ``tf.identity``, ``* c``, a cast to float16 and back, a loss scale's
+    unscaling. Why a share and not the sum: a sum is summed again by every optimizer not
+    told otherwise, ``R`` times too far, with no error that vrgd_tf could raise without
+    patching Keras and tf_keras for the whole process (and marks on the tensors do not
+    survive ``tf.identity`` or clipping); an apply owned by the aggregator, or a type that
+    the optimizers refuse, would shut out the optimizers users already have. With one
+    replica the share is the sum. The VRGD optimizers and :attr:`gradient_aggregator` use
+    the sum itself (their hosts expect the aggregation there). A VRGD optimizer or a second
+    call handed the shares finds them equal on every replica, warns that no variable had a
+    GSNR and steps their sum, once.
 
+    *Clipping* a share clips one replica's contribution, as plain Keras clips per-replica
+    gradients in a custom loop: ``tf.clip_by_global_norm(shares, c)`` and
+    ``tf.clip_by_norm`` clip the sum at ``R * c``, ``tf.clip_by_value(shares, -c, c)``
+    bounds each element of the sum by ``R * c``, and so do a Keras 3 optimizer's
+    ``clipnorm``, ``global_clipnorm`` and ``clipvalue`` (Keras 3 clips before its
+    all-reduce). Never further than the unclipped step. To clip the variance-reduced sum
+    at ``c``, clip the shares at ``c / R`` (``R = strategy.num_replicas_in_sync``), or give
+    the shares to a tf_keras optimizer with ``global_clipnorm=c`` (tf_keras clips after its
+    all-reduce).
+
+    *Limitation:* ``apply_gradients(..., experimental_aggregate_gradients=False)`` of a
+    plain tf_keras optimizer takes the shares for the sum and steps ``R`` times short (no
+    error: only a patch of tf_keras could tell). Leave the default there; to have a tf_keras
+    optimizer skip its own all-reduce, give it ``gradient_aggregator=`` this aggregator's
+    :attr:`gradient_aggregator` and pass each replica's own gradients to its default
+    ``apply_gradients``. A VRGD tf_keras optimizer refuses ``False`` for gradients its own
+    aggregation did not return.
+
+    Example: a custom training step with a Keras 3 optimizer, on 2 logical CPU replicas.
+    Replica 0's gradient is ``[1, 1]`` and replica 1's ``[3, -0.5]``: the replicas agree on
+    element 0 (GSNR 4) more than on element 1 (GSNR 1/9), so the factor
+    ``clip(r / mean(r), 0.1, 1)`` is ``[1, 0.1]`` and the summed gradient ``S1 = [4, 0.5]``
+    becomes ``[4, 0.05]``, of which each replica gets the share ``[2, 0.025]``:
+
+    >>> import keras
     >>> import tensorflow as tf
-    >>> import tf_keras
     >>> import vrgd_tf
     >>> from vrgd_tf import devices
     >>> strategy = devices.cpu_strategy(2)
     >>> with strategy.scope():
-    ...     w = tf.Variable([0.0, 0.0])
+    ...     w = keras.Variable([0.0, 0.0], name="w")
     ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
     ...     aggregator.build([w])
-    ...     optimizer = tf_keras.optimizers.legacy.SGD(0.1)
+    ...     optimizer = keras.optimizers.SGD(0.1)  # any optimizer, Keras 3 or tf_keras
+    ...     optimizer.build([w])
     >>> @tf.function
     ... def train_step(inputs):
     ...     def replica_step(x):
     ...         with tf.GradientTape() as tape:
     ...             loss = tf.reduce_sum(w * x)  # this replica's gradient is x
     ...         grads = tape.gradient(loss, [w])
-    ...         summed = aggregator(grads, [w])  # all-reduce with the squares, GSNR factor
-    ...         optimizer.apply_gradients(
-    ...             zip(summed, [w]), experimental_aggregate_gradients=False
-    ...         )
-    ...         return summed[0]
+    ...         shares = aggregator(grads, [w])  # all-reduce with the squares, GSNR factor
+    ...         optimizer.apply_gradients(zip(shares, [w]))  # sums the shares: [4, 0.05]
+    ...         return shares[0]
     ...     return strategy.run(replica_step, args=(inputs,))
     >>> inputs = strategy.experimental_distribute_values_from_function(
     ...     lambda ctx: tf.constant([[1.0, 1.0], [3.0, -0.5]])[ctx.replica_id_in_sync_group]
     ... )
     >>> print(strategy.experimental_local_results(train_step(inputs))[0].numpy())
-    [4.   0.05]
+    [2.    0.025]
     >>> print(w.numpy())  # SGD with learning rate 0.1 on the variance-reduced sum
     [-0.4   -0.005]
-    >>> stats = aggregator.statistics()["Variable"]
+    >>> stats = aggregator.statistics()["w"]
     >>> print(round(stats["mean_gsnr"], 4), stats["frac_at_gamma"], stats["frac_at_one"])
     2.0556 0.5 0.5
 
@@ -159,8 +189,9 @@ class GSNRAggregator(tf.Module):
     ...     scalar_aggregator.build([w])
     >>> @tf.function
     ... def summed_gradient(inputs):
-    ...     return strategy.run(lambda x: scalar_aggregator([x], [w])[0], args=(inputs,))
-    >>> print(strategy.experimental_local_results(summed_gradient(inputs))[0].numpy())
+    ...     shares = strategy.run(lambda x: scalar_aggregator([x], [w])[0], args=(inputs,))
+    ...     return strategy.reduce("SUM", shares, axis=None)  # the shares' sum
+    >>> print(summed_gradient(inputs).numpy())
     [3.9694214  0.49617767]
     """
 
@@ -288,7 +319,7 @@ class GSNRAggregator(tf.Module):
         step=None,
         replica_context=None,
     ):
-        """The variance-reduced summed gradients (call in the replica context).
+        """Each replica's share of the variance-reduced sum (call in the replica context).
 
         Args:
           grads: list of ``n`` gradients of this replica (``tf.Tensor``,
@@ -305,20 +336,40 @@ class GSNRAggregator(tf.Module):
 
         Returns:
           List of ``n``: None where the gradient is None, else the variance-reduced SUM
-          over all replicas (shape and dtype of the gradient; a sparse gradient gives the
-          strategy's own sparse SUM, row-scaled), see
-          :func:`vrgd_tf.gsnr.variance_reduce`.
+          over all ``R`` replicas divided by ``R`` (see :func:`vrgd_tf.gsnr.variance_reduce`
+          for the sum), the same on every replica, in the gradient's shape and dtype (a
+          sparse gradient gives the strategy's own sparse SUM, row-scaled, its values
+          divided by ``R``). An all-reduce SUM of it, as every optimizer does with
+          per-replica gradients, is the variance-reduced sum (the class's output
+          contract); with one replica it is the sum.
 
         Raises:
           RuntimeError: in a cross-replica context, or on a first call inside a
             ``tf.function`` under a multi-replica strategy before :meth:`build`.
-          ValueError: ``grads`` and ``variables`` of different lengths, or ``grads``
-            already the output of a GSNR step under more than one replica (it would be
-            summed twice; :mod:`vrgd_tf.aggregated`); see also
+          ValueError: ``grads`` and ``variables`` of different lengths; see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
+        summed = self._aggregate_sum(
+            grads,
+            variables,
+            sq_sums=sq_sums,
+            num_groups=num_groups,
+            step=step,
+            replica_context=replica_context,
+        )
+        ctx = replica_context or tf.distribute.get_replica_context()
+        replicas = ctx.num_replicas_in_sync
+        if replicas == 1:
+            return summed
+        return [_share(g, replicas) for g in summed]
+
+    def _aggregate_sum(
+        self, grads, variables, *, sq_sums=None, num_groups=1, step=None, replica_context=None
+    ):
+        """The variance-reduced SUM over all replicas, the same on every replica: what the
+        VRGD optimizers and :attr:`gradient_aggregator` hand their base optimizer, whose
+        aggregation it replaces. :meth:`__call__`'s arguments and errors."""
         grads, variables = list(grads), list(variables)
-        aggregated.check_not_aggregated(grads, self._owner, _SUM_ONCE)
         if len(grads) != len(variables):
             raise ValueError(
                 f"{self._owner}: `grads` and `variables` must have the same length; got "
@@ -347,7 +398,6 @@ class GSNRAggregator(tf.Module):
         out = [None] * len(grads)
         for i, g in zip(present, reduced):
             out[i] = g
-        aggregated.mark_aggregated(out)
         return out
 
     def _build_in_step(self, variables, replica_context) -> None:
@@ -388,13 +438,14 @@ class GSNRAggregator(tf.Module):
         ``fn(grads_and_vars) -> grads_and_vars``: the hook of tf_keras optimizers
         (``tf_keras.optimizers.legacy.*(gradient_aggregator=...)``) and of Model Garden's
         ``OptimizerFactory.build_optimizer(gradient_aggregator=...)``, so any of their
-        optimizers aggregates with VRGD. Build the aggregator first (strategy scope)."""
+        optimizers aggregates with VRGD. It returns the variance-reduced sum itself (what
+        the hook must return), not the shares of a call. Build the aggregator first
+        (strategy scope)."""
 
         def aggregate(grads_and_vars):
             pairs = list(grads_and_vars)
-            return list(
-                zip(self([g for g, _ in pairs], [v for _, v in pairs]), [v for _, v in pairs])
-            )
+            variables = [v for _, v in pairs]
+            return list(zip(self._aggregate_sum([g for g, _ in pairs], variables), variables))
 
         return aggregate
 
@@ -632,6 +683,18 @@ def _settings(args, kwargs, settings) -> VRGDSettings:
             f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
         )
     return settings
+
+
+def _share(g, replicas: int):
+    """``g / replicas``: one replica's share of a summed gradient (None stays None; a
+    sparse gradient's values are divided)."""
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(
+            g.values / tf.cast(replicas, g.values.dtype), g.indices, g.dense_shape
+        )
+    return g / tf.cast(replicas, g.dtype)
 
 
 def _split_half_row(values) -> dict:

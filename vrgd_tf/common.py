@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf import aggregated, naming, settings, validation
+from vrgd_tf import naming, settings, validation
 from vrgd_tf.aggregator import GSNRAggregator
 
 # GroupSquares, the record the squares channel carries, is the GSNR step's input record
@@ -335,7 +335,7 @@ class VRGDCommon:
             groups = groups.in_order(
                 [None if g is None else self._vrgd_var_key(v) for g, v in pairs]
             )
-        reduced = self._vrgd(
+        reduced = self._vrgd._aggregate_sum(
             [g for g, _ in pairs],
             [v for _, v in pairs],
             sq_sums=groups.sq_sums,
@@ -347,7 +347,6 @@ class VRGDCommon:
             reduced = [
                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in reduced
             ]
-            aggregated.mark_aggregated(reduced)
         return list(zip(reduced, [v for _, v in pairs]))
 
     def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):

@@ -1,6 +1,6 @@
 """Everything of vrgd_tf that patches or mirrors private Keras 3 internals, with its guard.
 
-Keras 3 (TensorFlow backend) has no public API for four things the Keras 3 family needs.
+Keras 3 (TensorFlow backend) has no public API for three things the Keras 3 family needs.
 Each is done here, against private code read from Keras 3.10-3.15's sources
 (``keras/src/...`` paths below; the supported releases are :data:`vrgd_tf.versions.SUPPORTED`):
 
@@ -13,15 +13,11 @@ Each is done here, against private code read from Keras 3.10-3.15's sources
    module is imported). ``LossScaleOptimizer.check_finite`` (``optimizers/loss_scale_optimizer.py``)
    tests one replica's local gradients only; for a VRGD inner optimizer the answer must be
    every replica's (see :func:`check_finite_on_every_replica`). Patched on the class, since
-   the wrapper is Keras' own class that users construct.
-3. **The refusal of gradients summed twice** (:func:`install_aggregated_check`, applied
-   when this module is imported). A Keras 3 optimizer's ``apply`` always all-reduces; given
-   the output of a :class:`vrgd_tf.GSNRAggregator` (already the sum over the replicas) under
-   more than one replica it would step ``k`` times too far. ``Optimizer.apply``
-   (``optimizers/base_optimizer.py``, public) and ``LossScaleOptimizer.apply`` are wrapped
-   to raise with the fix (:func:`refuse_aggregated_gradients`; the marks are
-   :mod:`vrgd_tf.aggregated`'s).
-4. **The micro-batch group step** of :func:`vrgd_tf.micro_batches.use_micro_batches`, which
+   the wrapper is Keras' own class that users construct; other inner optimizers keep
+   Keras' own check. This is the one method of another library that importing vrgd_tf
+   patches (the output of :class:`vrgd_tf.GSNRAggregator` needs no guard: each replica
+   gets its share of the sum, so any further all-reduce leaves it correct).
+3. **The micro-batch group step** of :func:`vrgd_tf.micro_batches.use_micro_batches`, which
    mirrors Keras' ``TensorFlowTrainer.train_step`` (``backend/tensorflow/trainer.py``: the
    model call with ``_call_has_training_arg``, ``_compute_loss``, ``_loss_tracker`` and
    ``losses.loss.unscale_loss_for_distribution``; :func:`group_loss`, :func:`track_loss`,
@@ -46,9 +42,8 @@ import tensorflow as tf
 from keras.src.backend.tensorflow import optimizer as _tf_optimizer
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 from keras.src.losses import loss as _loss_module
-from keras.src.optimizers import base_optimizer as _base_optimizer
 
-from vrgd_tf import aggregated, common, versions
+from vrgd_tf import common, versions
 from vrgd_tf.gsnr import collectives
 
 __all__ = [
@@ -60,9 +55,7 @@ __all__ = [
     "check_model",
     "compiled_loss_reductions",
     "group_loss",
-    "install_aggregated_check",
     "install_loss_scale_check",
-    "refuse_aggregated_gradients",
     "track_loss",
 ]
 
@@ -174,47 +167,7 @@ def any_gradient_to_reduce(optimizer, grads, trainable_variables=None) -> bool:
     )
 
 
-# --- 3. the refusal of gradients summed twice ----------------------------------------------
-
-AGGREGATED_FIX = (
-    "A Keras 3 optimizer always all-reduces in `apply` and has no switch to skip it: make "
-    "its VRGD class, `vrgd_tf.make_vrgd_optimizer(type(optimizer))` (its aggregation is this "
-    "GSNR step), and pass it each replica's own gradients instead of the GSNRAggregator's "
-    "output; or apply the output with a tf_keras optimizer and "
-    "`apply_gradients(..., experimental_aggregate_gradients=False)`."
-)
-
-
-def refuse_aggregated_gradients(apply):
-    """Wraps a Keras 3 ``apply(grads, trainable_variables=None)`` (``Optimizer.apply``,
-    ``LossScaleOptimizer.apply``) to raise ``ValueError`` for gradients a GSNR step already
-    summed over more than one replica (:func:`vrgd_tf.aggregated.check_not_aggregated`):
-    Keras would all-reduce them again. A VRGD optimizer is left to its GSNR step, which
-    refuses them itself. A trace-time check; the step is unchanged."""
-
-    def wrapped(self, grads, trainable_variables=None):
-        grads = list(grads)
-        if not isinstance(self, common.VRGDCommon):
-            aggregated.check_not_aggregated(grads, f"{type(self).__name__}.apply", AGGREGATED_FIX)
-        return apply(self, grads, trainable_variables)
-
-    wrapped.vrgd_wraps = apply
-    wrapped.__doc__ = apply.__doc__
-    return wrapped
-
-
-def install_aggregated_check() -> None:
-    """Wraps ``Optimizer.apply`` and ``LossScaleOptimizer.apply`` with
-    :func:`refuse_aggregated_gradients`, once (idempotent)."""
-    for cls in (_base_optimizer.BaseOptimizer, keras.optimizers.LossScaleOptimizer):
-        if getattr(cls.apply, "vrgd_wraps", None) is None:
-            cls.apply = refuse_aggregated_gradients(cls.apply)
-
-
-install_aggregated_check()
-
-
-# --- 4. the micro-batch group step -----------------------------------------------------------
+# --- 3. the micro-batch group step -----------------------------------------------------------
 
 
 def group_loss(model, x, y, sample_weight) -> Tuple[tf.Tensor, object]:

@@ -27,6 +27,8 @@ designed shape and kind.
 Needs the ``model-garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
+import weakref
+
 import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb as _mg_lamb
@@ -34,7 +36,7 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import aggregated, common, gsnr, settings, validation
+from vrgd_tf import common, gsnr, settings, validation
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -168,7 +170,22 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # pragma: no cover - apply_gradients refuses cross-replica calls
             return super()._aggregate_gradients(grads_and_vars)
-        return self._vrgd_reduce(grads_and_vars, ctx)
+        reduced = self._vrgd_reduce(grads_and_vars, ctx)
+        sums = self._vrgd_own_sums()
+        for g, _ in reduced:
+            if g is not None:
+                sums[id(g)] = g
+        return reduced
+
+    def _vrgd_own_sums(self) -> weakref.WeakValueDictionary:
+        """``{id: gradient}`` of the gradients this optimizer's own aggregation returned
+        (weakly held: an entry goes with its tensor), for :meth:`apply_gradients`' check.
+        Per instance: nothing of tf_keras is patched."""
+        sums = self.__dict__.get("_vrgd_sums")
+        if sums is None:
+            sums = weakref.WeakValueDictionary()
+            object.__setattr__(self, "_vrgd_sums", sums)
+        return sums
 
     def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
         """``OptimizerV2.apply_gradients``; refuses to skip the VRGD aggregation.
@@ -182,7 +199,7 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
         grads_and_vars = list(grads_and_vars)
         _check_variables(self, [v for _, v in grads_and_vars])
         if not experimental_aggregate_gradients:
-            _check_aggregated_by_vrgd(self, [g for g, _ in grads_and_vars])
+            _check_aggregated_by_vrgd(self, [g for g, _ in grads_and_vars], self._vrgd_own_sums())
         return super().apply_gradients(
             grads_and_vars,
             name=name,
@@ -202,9 +219,10 @@ def _check_variables(optimizer, variables) -> None:
             )
 
 
-def _check_aggregated_by_vrgd(optimizer, grads) -> None:
-    """Raises unless every gradient in ``grads`` came out of the VRGD aggregation."""
-    if aggregated.all_aggregated(grads):
+def _check_aggregated_by_vrgd(optimizer, grads, own_sums) -> None:
+    """Raises unless every gradient in ``grads`` came out of ``optimizer``'s own VRGD
+    aggregation (``own_sums``, :meth:`_TfKerasVRGDMixin._vrgd_own_sums`)."""
+    if all(g is None or own_sums.get(id(g)) is g for g in grads):
         return
     name = type(optimizer).__name__
     raise ValueError(
@@ -212,9 +230,9 @@ def _check_aggregated_by_vrgd(optimizer, grads) -> None:
         "the cross-replica aggregation, which is where VRGD runs its GSNR step: the step "
         "would be the base optimizer's, without variance reduction. Leave "
         "`experimental_aggregate_gradients=True` (the default) and pass each replica's own "
-        f"gradients to {name}. If you sum the gradients yourself, sum them with "
-        "`vrgd_tf.GSNRAggregator` instead and give its output to a plain tf_keras optimizer "
-        "with `experimental_aggregate_gradients=False`."
+        f"gradients to {name}. If you aggregate the gradients yourself, do it with "
+        "`vrgd_tf.GSNRAggregator` and give its output (each replica's share of the "
+        "variance-reduced sum) to a plain optimizer's default `apply_gradients`."
     )
 
 
@@ -251,35 +269,6 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
     def _add_trackable_child(self, name, value):
         # The setter tf_keras registers for revived optimizers (iterations, hyperparameters).
         self._set_hyper(name, value)
-
-
-def _refuse_aggregated_gradients(aggregate):
-    """Wraps ``OptimizerV2._aggregate_gradients`` (plain tf_keras optimizers; the VRGD ones
-    override it) to raise ``ValueError`` for gradients a GSNR step already summed over more
-    than one replica (:func:`vrgd_tf.aggregated.check_not_aggregated`): it would sum them
-    again. A trace-time check; the step is unchanged."""
-
-    def wrapped(self, grads_and_vars):
-        grads_and_vars = list(grads_and_vars)
-        aggregated.check_not_aggregated(
-            [g for g, _ in grads_and_vars],
-            f"{type(self).__name__}.apply_gradients",
-            "Pass `experimental_aggregate_gradients=False` to `apply_gradients` (the GSNR "
-            "step was the aggregation), or give the optimizer "
-            "`gradient_aggregator=aggregator.gradient_aggregator` and pass it each "
-            "replica's own gradients.",
-        )
-        return aggregate(self, grads_and_vars)
-
-    wrapped.vrgd_wraps = aggregate
-    wrapped.__doc__ = aggregate.__doc__
-    return wrapped
-
-
-if getattr(_OptimizerV2._aggregate_gradients, "vrgd_wraps", None) is None:
-    _OptimizerV2._aggregate_gradients = _refuse_aggregated_gradients(
-        _OptimizerV2._aggregate_gradients
-    )
 
 
 def make_vrgd_optimizer(
