@@ -10,7 +10,8 @@ of the Momentum pair at rate 6.4, from one seed's initial weights: the train ste
   replicas    16 replicas (logical CPU devices) x 1 group, ``tf.function``.
 
 Each configuration trains step 0 of an epoch (the traced warm-up call, not counted), then
-steps 1-5 of that epoch (an epoch at 8192 is 6 steps) ``--repeats`` times, timed per step; then the largest absolute and relative weight
+steps 1-5 of that epoch (an epoch at 8192 is 6 steps) ``--repeats`` times, timed per step
+(``groups_xla``: ``--xla_steps`` steps once: XLA's CPU convolutions are slow here); then the largest absolute and relative weight
 difference to ``groups`` after the same steps. Per step: wall time and the process's CPU
 time (all threads; steadier than wall time on a machine shared with other work). One
 process, this machine's load: the ratios, not the times. Writes ``results/round4/speed4.json``.
@@ -33,10 +34,11 @@ import provenance  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 2, "Timed calls of steps 1-5 of an epoch per configuration.")
+flags.DEFINE_list("configs", ["groups", "groups_xla", "replicas"], "Configurations to time.")
+flags.DEFINE_integer("xla_steps", 1, "Timed steps of groups_xla (once; XLA:CPU is slow here).")
 flags.DEFINE_string("out", None, "JSON path (default results/round4/speed4.json).")
 
 BATCH, GROUP, LR, SEED = 8192, 512, 6.4, 1000
-CONFIGS = ("groups", "groups_xla", "replicas")
 
 
 def main(argv):
@@ -57,12 +59,11 @@ def main(argv):
         "k": k,
         "lr": LR,
         "seed": SEED,
-        "timed_steps": 5 * FLAGS.repeats,
         "arms": {},
     }
     for side in ("base", "vr"):
         rows, final = {}, {}
-        for cfg in CONFIGS:
+        for cfg in FLAGS.configs:
             trainer = studylib.Trainer(
                 studylib.strategy_for(k if cfg == "replicas" else 1),
                 studylib.fashion_cnn_bn,
@@ -75,19 +76,22 @@ def main(argv):
             t0 = time.time()
             trainer.train_steps(data["tf_x"], data["tf_y"], perm, 0, BATCH, 1)
             first = time.time() - t0
+            calls = [(1, FLAGS.xla_steps)] if cfg == "groups_xla" else [(1, 5)] * FLAGS.repeats
             t0, c0 = time.time(), time.process_time()
-            for _ in range(FLAGS.repeats):
-                trainer.train_steps(data["tf_x"], data["tf_y"], perm, 1, BATCH, 5)
-            per_step = (time.time() - t0) / (5 * FLAGS.repeats)
-            cpu_per_step = (time.process_time() - c0) / (5 * FLAGS.repeats)
+            for start, num in calls:
+                trainer.train_steps(data["tf_x"], data["tf_y"], perm, start, BATCH, num)
+            timed = sum(num for _, num in calls)
+            per_step = (time.time() - t0) / timed
+            cpu_per_step = (time.process_time() - c0) / timed
             final[cfg] = [w.copy() for w in trainer.model.get_weights()]
             rows[cfg] = {
+                "timed_steps": timed,
                 "first_call_s": round(first, 2),
                 "step_s": round(per_step, 3),
                 "cpu_step_s": round(cpu_per_step, 3),
             }
             print(side, cfg, rows[cfg], flush=True)
-        for cfg in CONFIGS:
+        for cfg in FLAGS.configs:
             a = np.concatenate([w.ravel() for w in final["groups"]]).astype(np.float64)
             b = np.concatenate([w.ravel() for w in final[cfg]]).astype(np.float64)
             rows[cfg]["max_abs_diff"] = float(np.max(np.abs(a - b)))
