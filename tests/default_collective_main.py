@@ -40,7 +40,7 @@ def problem(shapes, steps, seed, dtype=np.float32):
     return init, grads
 
 
-def custom_loop(strategy, family, make_optimizer, init, grads, sparse_rows=0):
+def custom_loop(strategy, family, make_optimizer, init, grads, sparse_rows=0, index=tf.int32):
     """Applies known per-replica gradients (``strategy.run`` of ``apply_gradients``) and
     returns the final weights; with ``sparse_rows`` > 0, also a ``TABLE`` variable whose
     gradient is a ``tf.IndexedSlices`` of ``sparse_rows`` rows per replica."""
@@ -166,6 +166,12 @@ def run_family(strategy, family):
     for name in ("sgd", "vr_sgd", "vr_sgd_split"):
         out[f"sparse/{name}"] = outcome(
             lambda: custom_loop(strategy, family, make[name], init, grads, sparse_rows=5)
+        )
+    for name in ("sgd", "vr_sgd"):  # int64 indices (an all-gather without static length)
+        out[f"sparse64/{name}"] = outcome(
+            lambda: custom_loop(
+                strategy, family, make[name], init, grads, sparse_rows=5, index=tf.int64
+            )
         )
     wide_init, wide_grads = problem(SHAPES, steps=5, seed=2, dtype=np.float64)
     for name in ("sgd", "vr_sgd", "vr_sgd_split"):

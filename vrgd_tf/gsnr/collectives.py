@@ -116,6 +116,10 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         if not local.gradients:
             flat.append(tf.reshape(count, [1]))
         gathered = ctx.all_gather(flat, axis=0)
+        # CollectiveAllReduce's gather of int64 indices loses the static length; restore it.
+        r = ctx.num_replicas_in_sync
+        for g, t in zip(gathered, flat):
+            g.set_shape([r * t.shape[0]] + t.shape[1:].as_list())
         pairs = gathered[: 2 * len(local.rows)]
         rows = tuple(zip(pairs[0::2], pairs[1::2]))
         if not local.gradients:
