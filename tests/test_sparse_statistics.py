@@ -98,15 +98,16 @@ class FakeReplicaContext:
         ]
 
     def all_reduce(self, op, value):
-        """The dense path's two calls: first ``[x, count]`` with the IndexedSlices, then the
-        squares ``[x**2]`` alone."""
+        """The dense path's two calls: first ``[x]`` with the IndexedSlices, then the
+        squares with the count ``[x**2, count]``."""
         assert op == tf.distribute.ReduceOp.SUM
         dense = [densify(*g).ravel() for g in self.others]
-        if len(value) == 1:  # the squares
-            return [value[0] + tf.constant(sum(d * d for d in dense))]
-        packed, count, summed = value
+        if not isinstance(value[-1], tf.IndexedSlices):  # the squares and the count
+            squares, count = value
+            return [squares + tf.constant(sum(d * d for d in dense)), count + len(self.others)]
+        packed, summed = value
         total = tf.convert_to_tensor(summed) + tf.constant(sum(densify(*g) for g in self.others))
-        return [packed + tf.constant(sum(dense)), count + len(self.others), total]
+        return [packed + tf.constant(sum(dense)), total]
 
 
 def replica_gradients(k, seed=0, m=6):

@@ -107,8 +107,9 @@ def subsample(x, shape, stride):
 
 class FakeReplicaContext:
     """Replica ``me`` of ``R``, each replica holding ``m`` groups whose samples are given:
-    the first all-reduce adds the others' gradient sums, count and masked split-half
-    buffer, the second their sums of squares."""
+    the first all-reduce adds the others' gradient sums, the second their sums of squares
+    and count, the third (the split-half reliability on) their masked split-half buffer.
+    One step per context."""
 
     def __init__(self, samples, shapes, groups, stride, me):
         self.samples = samples  # [n] arrays [R, m, *shape]
@@ -124,21 +125,21 @@ class FakeReplicaContext:
 
     def all_reduce(self, op, value):
         assert op == tf.distribute.ReduceOp.SUM
-        first, self.calls = self.calls % 2 == 0, self.calls + 1
+        call, self.calls = self.calls, self.calls + 1
         n = len(self.samples)
         out = [tf.identity(v) for v in value]
         for d in set(range(self.num_replicas_in_sync)) - {self.replica_id_in_sync_group}:
             grads, squares = self.replica_sums(d)
-            if not first:
+            if call == 0:  # the gradients
+                out = [o + np.ravel(g) for o, g in zip(out, grads)]
+            elif call == 1:  # the squares and the count
                 out[:n] = [o + np.ravel(q) for o, q in zip(out, squares)]
-                continue
-            out[:n] = [o + np.ravel(g) for o, g in zip(out, grads)]
-            out[n] = out[n] + float(self.groups) * any(np.any(g != 0) for g in grads)
-            if len(value) > n + 1:  # the split-half buffer
+                out[n] = out[n] + float(self.groups) * any(np.any(g != 0) for g in grads)
+            else:  # the split-half buffer
                 a = float(d < self.num_replicas_in_sync // 2)
                 parts = [subsample(g, s, self.stride) for g, s in zip(grads, self.shapes)]
                 parts += [subsample(q, s, self.stride) for q, s in zip(squares, self.shapes)]
-                out[n + 1] = out[n + 1] + a * np.concatenate(parts)
+                out = [out[0] + a * np.concatenate(parts)]
         return out
 
 

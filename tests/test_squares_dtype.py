@@ -82,13 +82,17 @@ class FakeReplicaContext:
         self.other = np.ravel(other).astype(np.float32)
 
     def all_reduce(self, op, value):
-        """The step's two calls: ``[x, count]`` (float32), then ``[x**2]`` (bfloat16)."""
+        """The step's three calls: ``[x]`` (float32), ``[x**2]`` (bfloat16), then
+        ``[count]`` (float32: bfloat16 squares cannot carry it exactly)."""
         assert op == tf.distribute.ReduceOp.SUM
         if value[0].dtype == tf.bfloat16:  # the squares' own call
             return [value[0] + tf.cast(tf.constant(self.other * self.other), tf.bfloat16)]
-        x, count = value
-        assert x.dtype == tf.float32 and x.shape == self.other.shape
-        return [x + tf.constant(self.other), count + 1.0]
+        (x,) = value
+        assert x.dtype == tf.float32
+        if x.shape.rank == 0:  # the count
+            return [x + 1.0]
+        assert x.shape == self.other.shape
+        return [x + tf.constant(self.other)]
 
 
 class ValidationTest(tf.test.TestCase, parameterized.TestCase):

@@ -46,8 +46,9 @@ class FakeReplicaContext:
         self.calls = 0
 
     def all_reduce(self, op, value):
-        """VRGD's two calls per step: the float32 gradients ``[x_1 .. x_n]`` with the count
-        of samples that contributed (one scalar after them), then ``[x_1**2 .. x_n**2]``."""
+        """VRGD's two calls per step: the float32 gradients ``[x_1 .. x_n]`` alone, then
+        ``[x_1**2 .. x_n**2]`` with the count of samples that contributed (one scalar after
+        them)."""
         assert op == tf.distribute.ReduceOp.SUM
         squares = self.calls % 2 == 1
         self.calls += 1

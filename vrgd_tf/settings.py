@@ -108,8 +108,8 @@ class VRGDSettings:
         "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups; with "
         "fewer it stays undefined and the first step warns once) and "
         "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
-        "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step's "
-        "first all-reduce. It changes no gradient, factor or weight: outside XLA the "
+        "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step, in "
+        "an all-reduce call of its own. It changes no gradient, factor or weight: outside XLA the "
         "weights are those without it bit for bit; under XLA (``jit_compile=True``, TPU) "
         "the step is another XLA program, whose fusions may round a variable's factor "
         "differently in its last bits (within 1e-6 relative).",

@@ -46,7 +46,7 @@ The step is a composition of small stages, each a module of this package:
 * ``sparse``: exact statistics of sparse gradients on the rows some replica touched;
 * ``factors``, ``smoothing``, ``statistics``: pure math;
 * ``halves``: the split-half reliability of the GSNR (a diagnostic; its subsample
-  travels in the first all-reduce, its values are computed at recording steps);
+  travels in an all-reduce call of its own, its values are computed at recording steps);
 * ``state``: :class:`VRGDState` and the one place that reads and commits it;
 * ``step``: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.

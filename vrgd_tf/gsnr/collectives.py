@@ -1,21 +1,34 @@
 """Every collective of the GSNR step, and nothing else (spec section 1).
 
 A step makes, in this order and outside any ``tf.cond`` (so it compiles with XLA and runs
-under ``TPUStrategy``):
+under ``TPUStrategy``), the same calls on every replica:
 
-1. one ``all_reduce(SUM)`` of the float32 gradients of the all-reduced entries (one tensor
-   per variable; the strategy packs them as it packs a base optimizer's gradients), this
-   replica's count of contributing samples (one float32 scalar), with the split-half
-   reliability on (``split_half_stride``) the subsample ``[x, q]`` masked to half A (one
-   float32 tensor, ``vrgd_tf.gsnr.halves``), and the ``tf.IndexedSlices`` of the
-   sparse gradients on the dense path (the strategy's own sparse SUM);
-2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``): a call
-   of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's dense tensors
-   into one buffer of one dtype, and one buffer of both took twice as long as two calls
-   over its RING collective (``docs/results.md``);
-3. if there are float64 gradients, one ``all_reduce(SUM)`` of them in float64;
-4. if there are sparse gradients on the exact rows path, one ``all_gather(axis=0)`` of their
-   indices and rows packed with squares (and of the count, if no call 1 carries it).
+1. one ``all_reduce(SUM)`` of the gradients alone: the float32 gradients of the
+   all-reduced entries (one tensor per variable, in the variables' order) and the
+   ``tf.IndexedSlices`` of the sparse gradients on the dense path (the strategy's own sparse
+   SUM). For float32 variables this is the base optimizer's own call (Keras 3's
+   ``_all_reduce_sum_gradients``, tf_keras' ``_aggregate_gradients``): the same dense tensors
+   in the same order, and nothing else, since ``CollectiveAllReduce`` (``MirroredStrategy``'s
+   default, ``MultiWorkerMirroredStrategy``) concatenates a call's dense tensors into one
+   buffer and sums it in chunks whose order depends on the offsets: a tensor summed beside
+   others can differ in its last bits from the same tensor summed alone. So every strategy
+   sums each gradient element exactly as it sums the base's (spec section 1);
+2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``), and,
+   beside float32 squares, this replica's count of contributing samples (one float32
+   scalar): a call of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's
+   dense tensors into one buffer of one dtype, and one buffer of gradients and squares took
+   twice as long as two calls over its RING collective (``docs/results.md``);
+3. if not empty, one ``all_reduce(SUM)`` of float32 extras: the count (beside bfloat16
+   squares, which cannot carry it exactly), then, with the split-half reliability on
+   (``split_half_stride``), the subsample ``[x, q]`` masked to half A (one float32 tensor,
+   ``vrgd_tf.gsnr.halves``). The subsample has a call of its own so that calls 1 and 2 are
+   the same with it and without it;
+4. if there are float64 gradients, one ``all_reduce(SUM)`` of them in float64 (for float64
+   variables the base's own call, as call 1 is for float32 ones);
+5. if there are sparse gradients on the exact rows path, one ``all_gather(axis=0)`` of their
+   indices and rows packed with squares (and of the count, if no call 1 carries gradients).
+
+Calls 1 to 3 exist when some gradient is all-reduced (an entry on a dense path).
 
 Summation order: every dense tensor a call sums is first made a buffer that only the
 all-reduce holds (:func:`in_replica_order`), so that ``ReductionToOneDevice``
@@ -24,7 +37,8 @@ the gradients and when: the sums, and with them every factor and weight, are the
 for bit from run to run and with the split-half reliability on or off (spec section 4).
 
 With one sample per step there is no GSNR: :func:`sum_plain` is the base's own all-reduce.
-:func:`sum_with_squares` makes calls 1 and 2 for callers that hold flat buffers.
+:func:`sum_with_squares` makes calls 1 and 2 (without a count) for callers that hold flat
+buffers.
 :func:`all_replicas_finite` is the loss-scale optimizers' all-reduced finiteness flag.
 """
 
@@ -76,17 +90,23 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
     # and the split-half subsample the squares (and the gradients).
     readers = list(local.squares) + [count] + ([] if local.half is None else [local.half])
     if local.gradients:
-        extra = [count] + ([] if local.half is None else [local.half])
-        dense = in_replica_order(list(local.gradients) + extra, readers)
-        first = ctx.all_reduce(_SUM, dense + list(local.sparse))
-        n, m = len(local.gradients), len(extra)
-        gradients, count, sparse = tuple(first[:n]), first[n], tuple(first[n + m :])
-        half = None if local.half is None else first[n + 1]
-        wire = tf.bfloat16 if squares_dtype == "bfloat16" else tf.float32
-        sq = ctx.all_reduce(
-            _SUM, in_replica_order([tf.cast(q, wire) for q in local.squares], readers)
+        # Call 1: the gradients alone, as the base optimizer sends them (see the module).
+        n = len(local.gradients)
+        first = ctx.all_reduce(
+            _SUM, in_replica_order(local.gradients, readers) + list(local.sparse)
         )
-        squares = tuple(tf.cast(q, tf.float32) for q in sq)
+        gradients, sparse = tuple(first[:n]), tuple(first[n:])
+        # Call 2: the squares, with the count when they are float32; call 3 (if not empty):
+        # the count beside bfloat16 squares, and the split-half subsample.
+        count_with_squares = squares_dtype != "bfloat16"
+        wire = tf.float32 if count_with_squares else tf.bfloat16
+        second = [tf.cast(q, wire) for q in local.squares] + [count] * count_with_squares
+        third = [count] * (not count_with_squares) + ([] if local.half is None else [local.half])
+        sq = ctx.all_reduce(_SUM, in_replica_order(second, readers))
+        extra = ctx.all_reduce(_SUM, in_replica_order(third, readers)) if third else []
+        squares = tuple(tf.cast(q, tf.float32) for q in sq[: len(local.squares)])
+        scalars = list(sq[len(local.squares) :]) + list(extra)  # [count] + [half]
+        count, half = scalars[0], (None if local.half is None else scalars[1])
     wide = ()
     if local.wide:
         wide = tuple(ctx.all_reduce(_SUM, in_replica_order(local.wide, local.gradients)))
@@ -96,6 +116,10 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         if not local.gradients:
             flat.append(tf.reshape(count, [1]))
         gathered = ctx.all_gather(flat, axis=0)
+        # CollectiveAllReduce's gather of int64 indices loses the static length; restore it.
+        r = ctx.num_replicas_in_sync
+        for g, t in zip(gathered, flat):
+            g.set_shape([r * t.shape[0]] + t.shape[1:].as_list())
         pairs = gathered[: 2 * len(local.rows)]
         rows = tuple(zip(pairs[0::2], pairs[1::2]))
         if not local.gradients:

@@ -5,7 +5,7 @@ collectives sum every buffer in replica order whatever else reads it,
 :func:`vrgd_tf.gsnr.collectives.in_replica_order`; under XLA the step with it is another
 program, whose fusions may round a factor differently in its last bits). Half A is the samples of the replicas with id below
 ``R // 2`` (``k_A = (R // 2) * m`` samples of the ``k = R * m``), half B the others. Each
-replica sends, in the step's first all-reduce (``vrgd_tf.gsnr.collectives``, outside any
+replica sends, in an all-reduce call of its own (``vrgd_tf.gsnr.collectives``, outside any
 ``tf.cond``, so on every step: a strategy's replica-context all-reduce cannot sit in a branch
 taken only at recording steps), one float32 tensor ``[x_sub * a, q_sub * a]``: ``a = 1`` on
 half A's replicas, 0 on the others, ``x_sub`` and ``q_sub`` a fixed strided subsample of
@@ -20,8 +20,9 @@ The subsample of a variable keeps about one element in ``stride`` (the aggregato
 a half would have fewer than 2 samples (``R < 4`` with one group; ``R == 1`` always, since
 the step only has the groups' sums), or there is no all-reduced variable. Variables on the
 exact sparse rows path (``SPARSE_ROWS``) are not measured (undefined rows). Per step it
-adds ``8 M`` bytes to the first all-reduce, ``M`` the subsample size (about
-``N / stride``, at most ``4096`` per variable), and no collective call.
+adds ``8 M`` bytes, ``M`` the subsample size (about ``N / stride``, at most ``4096`` per
+variable), and one all-reduce call: beside the gradients or the squares it would change
+how ``CollectiveAllReduce`` chunks their sums, and so their last bits.
 """
 
 import math

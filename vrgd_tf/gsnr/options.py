@@ -216,7 +216,7 @@ def validate_split_half_stride(split_half_stride) -> int:
     Args:
       split_half_stride: int >= 0: 0, the reliability is not measured; ``s >= 1``, each
         variable's fixed subsample of about one element in ``s`` (at least
-        ``min(size, 64)``) travels in the step's first all-reduce, masked to half A
+        ``min(size, 64)``) travels in an all-reduce call of its own, masked to half A
         (``vrgd_tf.gsnr.halves``, ``docs/spec.md`` section 4).
 
     Returns:

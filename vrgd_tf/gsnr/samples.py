@@ -12,8 +12,8 @@ returned sums concatenated, after the collectives.
 Contributing samples (spec section 1): a replica contributes its ``m`` micro-batch samples
 when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN;
 :func:`any_nonzero`); a replica without examples (the last short batch without
-``drop_remainder=True``) sends zeros and does not count. The count travels in the first
-all-reduce call, as one more float32 scalar.
+``drop_remainder=True``) sends zeros and does not count. The count travels as one more
+float32 scalar beside the squares (``vrgd_tf.gsnr.collectives``), never beside the gradients.
 """
 
 import itertools
@@ -71,7 +71,7 @@ class Local(NamedTuple):
       rows: ``(indices, packed)`` per ``SPARSE_ROWS`` entry (:func:`sparse.local_rows`).
       count: float32 scalar, this replica's contributing samples: ``m`` or 0.
       half: None, or float32 ``[2 M]``: the split-half subsample ``[x, q]`` masked to half
-        A (:func:`vrgd_tf.gsnr.halves.local_half`), carried by the first all-reduce.
+        A (:func:`vrgd_tf.gsnr.halves.local_half`), in an all-reduce call of its own.
     """
 
     gradients: Tuple[tf.Tensor, ...]

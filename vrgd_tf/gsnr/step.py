@@ -358,22 +358,23 @@ def variance_reduce(
     :class:`GroupSquares` of the sums of their element-wise squares and ``m``, and
     ``k = R * m``. With ``m = 1`` (``squares`` None) the squares are taken here.
 
-    The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``): one
-    ``all_reduce(SUM)`` of the float32 gradients (one tensor per variable; after the
-    collectives the sums of the dense gradients of at most ``pack_limit`` elements are
-    computed on as one buffer, ``vrgd_tf.gsnr.layout``, the same values bit for bit
-    outside XLA), this
-    replica's
-    count of contributing samples and the ``tf.IndexedSlices`` on the dense statistics
-    path; one of their squares (float32, or bfloat16 with ``squares_dtype="bfloat16"``);
-    if there are float64 gradients, one of them in float64 (so that the output is
-    ``factor * S1`` with ``S1`` exactly the base's sum); and, if there are
+    The collectives (``vrgd_tf.gsnr.collectives``, outside any ``tf.cond``, in a fixed
+    order): one ``all_reduce(SUM)`` of the gradients alone, the float32 gradients (one
+    tensor per variable, as the base optimizer sends them, so that every strategy sums them
+    as it sums the base's; after the collectives the sums of the dense gradients of at most
+    ``pack_limit`` elements are computed on as one buffer, ``vrgd_tf.gsnr.layout``, the
+    same values bit for bit outside XLA) and the ``tf.IndexedSlices`` on the dense
+    statistics path; one of their squares (float32, or bfloat16 with
+    ``squares_dtype="bfloat16"``) with this replica's count of contributing samples beside
+    float32 squares; one of float32 extras if any (the count beside bfloat16 squares, the
+    split-half subsample); if there are float64 gradients, one of them in float64 (so that
+    the output is ``factor * S1`` with ``S1`` exactly the base's sum); and, if there are
     ``tf.IndexedSlices`` gradients on the exact rows path (the default
     ``sparse_statistics="rows"``, no ``squares``, indices of static length), one
     ``all_gather(axis=0)`` of their indices and rows packed with squares: their statistics
     are computed on the union of the touched rows only, numerically those of their dense
     form (``vrgd_tf.gsnr.sparse``). Otherwise a sparse gradient is made dense for the
-    statistics and its rows go into the first all-reduce as the strategy's sparse SUM.
+    statistics and its rows go into the gradients' all-reduce as the strategy's sparse SUM.
 
     ``k`` counts only the samples that contributed a nonzero gradient (a replica without
     examples sends zeros; spec section 1). A step with fewer than 2 of them, like a step
