@@ -32,7 +32,7 @@ sys.path.insert(2, os.path.dirname(os.path.dirname(HERE)))  # this checkout's vr
 
 import protocol4 as p4  # noqa: E402
 import provenance  # noqa: E402
-from runs import Budget, OutOfBudget, final_metrics  # noqa: E402
+from evidence_runs import Budget, OutOfBudget, final_metrics  # noqa: E402
 
 FLAGS = flags.FLAGS
 PHASES = ("tune", "final", "reference")

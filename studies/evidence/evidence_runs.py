@@ -1,4 +1,4 @@
-"""What the evidence runners share (round3.py, round4.py): the wall-clock budget guard and
+"""What the evidence runners share (round3.py, round4.py; named so that no `runs/` output folder shadows it): the wall-clock budget guard and
 the end-of-run metrics. Imports TensorFlow only through the trainer it is handed."""
 
 import math
