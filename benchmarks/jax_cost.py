@@ -115,6 +115,19 @@ def parse(argv=None):
         "--models", default="bert,cnn", help="Comma-separated: bert, cnn (empty: none)."
     )
     parser.add_argument("--no_passes", action="store_true", help="Skip the passes part.")
+    parser.add_argument(
+        "--groups_per_device",
+        type=int,
+        default=None,
+        help="Groups m per device (k = 8 = devices x m); default 1 on CPU, 8 on GPU.",
+    )
+    parser.add_argument(
+        "--design",
+        choices=("scan", "vmap", "global_vmap"),
+        default=None,
+        help="The grouped step's per-group gradients (vrgd_tf.keras_jax.step._DESIGN): "
+        "the library's scan (default), vmap on each device, or the first design's global vmap.",
+    )
     parser.add_argument("--out", default=None, help="JSON written (default: see docstring).")
     return parser.parse_args(argv)
 
@@ -239,7 +252,7 @@ class Arm:
         return float(self.logs["loss"])
 
 
-def time_config(name, plan, b, device, log):
+def time_config(name, plan, b, device, log, groups_per_device=None):
     """Base and VR of model ``name`` at per-sample batch ``b``: one result row."""
     import jax
     import jax_models
@@ -248,13 +261,13 @@ def time_config(name, plan, b, device, log):
     quick = plan["bert"] == PLANS["quick"]["bert"]
     k = SAMPLES
     devices = jax.devices()
-    if device == "cpu":
-        dist = keras.distribution.DataParallel(devices=devices[:k])
+    groups = groups_per_device or (1 if device == "cpu" else k)
+    n = k // groups
+    if n > 1:
+        dist = keras.distribution.DataParallel(devices=devices[:n])
         keras.distribution.set_distribution(dist)
-        n, groups = k, 1
     else:
         keras.distribution.set_distribution(None)
-        n, groups = 1, k
     if name == "bert":
         cfg = jax_models.BERT_QUICK if quick else jax_models.BERT_TINY
         x, y = jax_models.bert_batch(k * b, **cfg)
@@ -266,7 +279,7 @@ def time_config(name, plan, b, device, log):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     arms, device_memory = {}, {}
     for side in ("base", "vr"):
-        arm = Arm(side, build, loss, x, y, groups, device == "cpu")
+        arm = Arm(side, build, loss, x, y, groups, n > 1)
         arm.run(1)  # the first call (allocations)
         warm = arm.run(1)
         arms[side] = arm
@@ -521,6 +534,12 @@ def main(argv=None):
         raise SystemExit(f"--device=gpu: JAX sees no GPU ({jax.devices()[0].platform}).")
     if args.device == "cpu" and jax.device_count() < SAMPLES:
         raise SystemExit(f"--device=cpu needs {SAMPLES} devices; JAX has {jax.device_count()}.")
+    if args.groups_per_device is not None and SAMPLES % args.groups_per_device:
+        raise SystemExit(f"--groups_per_device must divide {SAMPLES}.")
+    if args.design is not None:
+        from vrgd_tf.keras_jax import step
+
+        step._DESIGN = args.design
     plan = dict(PLANS["quick" if args.quick else args.device])
     for key in ("reps", "pass_reps", "steps", "rep_seconds"):
         if getattr(args, key) is not None:
@@ -544,7 +563,9 @@ def main(argv=None):
         write()
     for name in [m for m in args.models.split(",") if m]:
         for b in plan[name]:
-            doc["end_to_end"].append(time_config(name, plan, b, args.device, log))
+            row = time_config(name, plan, b, args.device, log, args.groups_per_device)
+            row["design"] = args.design or "scan"
+            doc["end_to_end"].append(row)
             write()
     doc["complete"] = True
     doc["provenance"]["tensorflow_imported"] = "tensorflow" in sys.modules
