@@ -123,10 +123,11 @@ def parse(argv=None):
     )
     parser.add_argument(
         "--design",
-        choices=("scan", "vmap", "global_vmap"),
+        choices=("scan", "unrolled", "vmap", "global_vmap"),
         default=None,
         help="The grouped step's per-group gradients (vrgd_tf.keras_jax.step._DESIGN): "
-        "the library's scan (default), vmap on each device, or the first design's global vmap.",
+        "default the library's; the device's groups in a rolled or unrolled lax.scan, or "
+        "under vmap; or the first design's global vmap.",
     )
     parser.add_argument("--out", default=None, help="JSON written (default: see docstring).")
     return parser.parse_args(argv)
@@ -564,7 +565,7 @@ def main(argv=None):
     for name in [m for m in args.models.split(",") if m]:
         for b in plan[name]:
             row = time_config(name, plan, b, args.device, log, args.groups_per_device)
-            row["design"] = args.design or "scan"
+            row["design"] = args.design or "library"
             doc["end_to_end"].append(row)
             write()
     doc["complete"] = True

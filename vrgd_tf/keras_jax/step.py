@@ -1,20 +1,47 @@
 """The grouped train step of the JAX path and its door, :func:`use_micro_batches`.
 
-Samples (spec section 1, with micro-batch groups): the global batch ``B`` is reshaped
-row-major to ``(k, B / k, ...)``, ``k = n x m`` for ``n`` devices of the data axis of
+Samples (spec section 1, with micro-batch groups): the global batch ``B`` is split into
+``k = n x m`` groups of ``B / k`` contiguous rows, ``n`` devices of the data axis of
 ``keras.distribution.DataParallel`` (1 without a distribution) and ``m`` groups per device.
 Keras shards the batch contiguously over the devices, so device ``d`` holds samples
-``d*m .. d*m + m - 1``: the group axis is constrained to the data mesh axis and the gradient
-of each group is taken under ``jax.vmap(..., spmd_axis_name=<data axis>)``, which keeps every
-group on its device. The sums of ``g`` and ``g*g`` over the group axis are the step's only
-collective (XLA merges both into one all-reduce). The same samples therefore give the same
-weights whatever ``n`` and ``m`` are (1 x 4, 2 x 2, 4 x 1), to float32 rounding.
+``d*m .. d*m + m - 1``. The same samples give the same weights whatever ``n`` and ``m`` are
+(1 x 4, 2 x 2, 4 x 1), to float32 rounding.
+
+How the per-group gradients are made: one ``jax.shard_map`` over the data axis, in which each
+device runs its own ``m`` groups one after another (``jax.lax.scan``) into float32 running
+sums of ``g`` and ``g*g`` (and the contributing groups, the losses and the non-trainable
+floats); one ``psum`` over the data axis then gives ``S1`` and ``S2``, the step's only
+collective (one all-reduce). Each device's program is the base's forward and backward pass
+on ``B / k`` rows, ``m`` times, plus the GSNR math; nothing else is communicated.
+
+* Not ``jax.vmap`` over the groups (the first design, ``spmd_axis_name=<data axis>``): for a
+  convolution, vmap of the weight gradient over the groups is a grouped convolution
+  (``feature_group_count=k``) that the SPMD partitioner does not split by group, so the
+  activations were all-gathered and every device computed all ``k`` groups' weight
+  gradients (1-D CNN, 8 CPU devices x 1 group: VR/base step 4.9 and 8.8), and that is slow
+  on one device too (one H200, 8 groups: 3.4 to 4.5). Dense and attention layers were fine.
+* ``shard_map`` runs with ``check_vma=False``: under the default check, ``jax.grad`` with
+  respect to the replicated parameters inside ``shard_map`` is already summed over the
+  devices, so each device's "own" gradient would be ``n`` times too large and ``g*g`` wrong,
+  without an error (a test pins the per-device gradient).
+* The loop rather than a vmap on each device: one group's activations at a time (memory of
+  a ``B / k`` batch) and no grouped convolution. On XLA:CPU the loop is unrolled: there a
+  convolution's weight gradient inside a loop body runs about 50 times slower than outside
+  (a ``(8, 512, 40, 32)`` input: 6.3 s against 0.12 s), which made the rolled loop 6.7 to 9.6
+  times the base's step for the 1-D CNN at 1 device x 8 groups; unrolled it is 1.1 and 0.6
+  (and the BERT-tiny-shaped model 1.3 and 1.0; rolled 1.0 and 0.8; vmap 3.8 and 1.3; small
+  and large batches, 2 loaded CPU cores). Elsewhere the loop stays rolled: the compile time and code of
+  one group (unrolled, XLA compiles the model ``m`` times).
+* With one group per device (``m = 1``) there is no loop: each device runs the base's
+  program on its rows.
 
 Non-trainable state (BatchNorm): each group normalises with its own batch statistics (as
 per-replica BatchNorm under ``TPUStrategy``; stock Keras-JAX ``DataParallel`` normalises over
 the global batch), and the groups' new float values (moving mean and variance) are averaged;
-integer state (seed generators, counters) takes group 0's. The loss tracker gets the mean of
-the groups' losses and the compiled metrics are computed once on the whole batch.
+integer state (seed generators, counters) takes group 0's. Every group draws the same
+dropout mask pattern from the same seed state (as under the first design). The loss tracker
+gets the mean of the groups' losses and the compiled metrics are computed once on the whole
+batch.
 """
 
 import functools
@@ -111,14 +138,28 @@ def _groups(t, m):
     return t.reshape((m, t.shape[0] // m) + tuple(t.shape[1:]))
 
 
+def _summable(v):
+    """Integer state as ``psum`` takes it (booleans as int32; cast back at the end)."""
+    return v.astype("int32") if v.dtype == jnp.bool_ else v
+
+
 def _is_float(v):
     return jnp.issubdtype(v.dtype, jnp.floating)
 
 
-#: The design of the per-group gradients (module docstring). Private: "scan" is the
-#: library's; "vmap" (per device) and "global_vmap" (the first design) are kept only so that
-#: the benchmark can time them against it.
-_DESIGN = "scan"
+#: Benchmark only (``benchmarks/jax_cost.py --design``): None is the library's design (module
+#: docstring); "scan" and "unrolled" force the loop rolled or unrolled on any platform,
+#: "vmap" takes each device's groups under ``jax.vmap``, "global_vmap" is the first design.
+_DESIGN = None
+
+
+def _unroll(m):
+    """The loop over a device's ``m`` groups: rolled (``lax.scan``, one group's code and
+    activations), but unrolled on XLA:CPU, whose weight-gradient convolution inside a loop
+    body is about 50 times slower than outside (module docstring)."""
+    if _DESIGN in ("scan", "unrolled"):
+        return m if _DESIGN == "unrolled" else 1
+    return m if jax.default_backend() == "cpu" else 1
 
 
 def grouped_train_step(model, num_groups, state, data):
@@ -161,7 +202,7 @@ def grouped_train_step(model, num_groups, state, data):
         if mesh is not None:
             s1, s2, count, loss, nt = acc
             first = jax.lax.axis_index(axis) == 0
-            nt = [v if _is_float(v) else jnp.where(first, v, jnp.zeros_like(v)) for v in nt]
+            nt = [v if _is_float(v) else jnp.where(first, _summable(v), 0) for v in nt]
             acc = jax.lax.psum((s1, s2, count, loss, nt), axis)
         return acc, y_pred
 
@@ -170,7 +211,7 @@ def grouped_train_step(model, num_groups, state, data):
         # check_vma=False: under the default check, jax.grad with respect to the replicated
         # parameters would already be summed over the devices (the "local" gradient n times
         # too large on n devices, g*g wrong, no error). Without it, each device's
-        # gradient is that of its own rows (tests_jax/test_jax_groups.py pins this).
+        # gradient is that of its own rows (module docstring).
         rep, data_spec = PartitionSpec(), PartitionSpec(axis)
         device_part = jax.shard_map(
             device_part,
@@ -231,7 +272,7 @@ def _scan_groups(group, groups, m, trainable, non_trainable):
     if m == 1:
         carry, y_pred = body(init, tree.map_structure(lambda t: None if t is None else t[0], items))
         return carry, tree.map_structure(lambda t: t[None], y_pred)
-    return jax.lax.scan(body, init, items)
+    return jax.lax.scan(body, init, items, unroll=_unroll(m))
 
 
 def _split(t, k, mesh, axis):
