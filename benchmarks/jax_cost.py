@@ -21,10 +21,16 @@ r"""What VR-LAMB costs over LAMB on Keras 3's JAX backend (issue 38, item 6), in
    aliased + temporaries, and temporaries alone) and their ratios; on GPU also the device's
    ``peak_bytes_in_use`` after each arm's warm-up (the base first; a peak never resets, so
    the VR reading is the larger of the two arms' peaks). Per arm the compiled program's
-   collectives and convolutions are counted (``program``): under ``DataParallel`` the
-   ``jax.vmap`` of a convolution's weight gradient over the groups is a grouped convolution
-   that the SPMD partitioner does not split by group, so the activations are all-gathered
-   and every device computes all groups' weight gradients.
+   collectives and convolutions are counted (``program``): under ``DataParallel`` the first
+   design's ``jax.vmap`` of a convolution's weight gradient over the groups is a grouped
+   convolution that the SPMD partitioner does not split by group, so the activations are
+   all-gathered and every device computes all groups' weight gradients.
+
+   ``--groups_per_device=m`` times ``8 / m`` devices x ``m`` groups instead (no distribution
+   for ``m = 8``); ``--design`` sets the grouped step's private switch
+   (``vrgd_tf.keras_jax.step._DESIGN``) to time the alternatives to the library's design:
+   ``scan`` and ``unrolled`` (each device's groups in a rolled or unrolled ``lax.scan``),
+   ``vmap`` (under ``jax.vmap`` on each device), ``global_vmap`` (the first design).
 
 2. The GSNR part in memory passes per element, as ``passes.py`` does for TensorFlow: on one
    device, BERT-tiny's 44 variable shapes (``BERT_TINY_SHAPES``, N = 4,384,058) and fixed
@@ -51,6 +57,7 @@ imports no TensorFlow: it runs where only JAX, NumPy and Keras are installed
 Examples:
   python3 benchmarks/jax_cost.py --device=cpu            # about 8 minutes on 2 shared cores
   python3 benchmarks/jax_cost.py --device=cpu --quick    # seconds: small shapes, a smoke run
+  python3 benchmarks/jax_cost.py --no_passes --groups_per_device=8 --design=vmap
   python3 benchmarks/jax_cost.py --device=gpu --out /tmp/jax_cost_gpu.json
 """
 
