@@ -18,8 +18,10 @@ on ``B / k`` rows, ``m`` times, plus the GSNR math; nothing else is communicated
   convolution, vmap of the weight gradient over the groups is a grouped convolution
   (``feature_group_count=k``) that the SPMD partitioner does not split by group, so the
   activations were all-gathered and every device computed all ``k`` groups' weight
-  gradients (1-D CNN, 8 CPU devices x 1 group: VR/base step 4.9 and 8.8), and that is slow
-  on one device too (one H200, 8 groups: 3.4 to 4.5). Dense and attention layers were fine.
+  gradients (1-D CNN, 8 CPU devices x 1 group, small and large batch: VR/base step 4.9 and
+  8.8; with ``shard_map`` 1.4 and 1.1, one all-reduce and no all-gather), and that is slow on
+  one device too (one H200, 8 groups: 3.4 to 4.5). Dense and attention layers were fine
+  (BERT-tiny-shaped, 8 CPU devices: 1.9 and 1.2; with ``shard_map`` 1.7 and 1.1).
 * ``shard_map`` runs with ``check_vma=False``: under the default check, ``jax.grad`` with
   respect to the replicated parameters inside ``shard_map`` is already summed over the
   devices, so each device's "own" gradient would be ``n`` times too large and ``g*g`` wrong,
