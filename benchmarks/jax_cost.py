@@ -21,10 +21,16 @@ r"""What VR-LAMB costs over LAMB on Keras 3's JAX backend (issue 38, item 6), in
    aliased + temporaries, and temporaries alone) and their ratios; on GPU also the device's
    ``peak_bytes_in_use`` after each arm's warm-up (the base first; a peak never resets, so
    the VR reading is the larger of the two arms' peaks). Per arm the compiled program's
-   collectives and convolutions are counted (``program``): under ``DataParallel`` the
-   ``jax.vmap`` of a convolution's weight gradient over the groups is a grouped convolution
-   that the SPMD partitioner does not split by group, so the activations are all-gathered
-   and every device computes all groups' weight gradients.
+   collectives and convolutions are counted (``program``): under ``DataParallel`` the first
+   design's ``jax.vmap`` of a convolution's weight gradient over the groups is a grouped
+   convolution that the SPMD partitioner does not split by group, so the activations are
+   all-gathered and every device computes all groups' weight gradients.
+
+   ``--groups_per_device=m`` times ``8 / m`` devices x ``m`` groups instead (no distribution
+   for ``m = 8``); ``--design`` sets the grouped step's private switch
+   (``vrgd_tf.keras_jax.step._DESIGN``) to time the alternatives to the library's design:
+   ``scan`` and ``unrolled`` (each device's groups in a rolled or unrolled ``lax.scan``),
+   ``vmap`` (under ``jax.vmap`` on each device), ``global_vmap`` (the first design).
 
 2. The GSNR part in memory passes per element, as ``passes.py`` does for TensorFlow: on one
    device, BERT-tiny's 44 variable shapes (``BERT_TINY_SHAPES``, N = 4,384,058) and fixed
@@ -51,6 +57,7 @@ imports no TensorFlow: it runs where only JAX, NumPy and Keras are installed
 Examples:
   python3 benchmarks/jax_cost.py --device=cpu            # about 8 minutes on 2 shared cores
   python3 benchmarks/jax_cost.py --device=cpu --quick    # seconds: small shapes, a smoke run
+  python3 benchmarks/jax_cost.py --no_passes --groups_per_device=8 --design=vmap
   python3 benchmarks/jax_cost.py --device=gpu --out /tmp/jax_cost_gpu.json
 """
 
@@ -115,6 +122,20 @@ def parse(argv=None):
         "--models", default="bert,cnn", help="Comma-separated: bert, cnn (empty: none)."
     )
     parser.add_argument("--no_passes", action="store_true", help="Skip the passes part.")
+    parser.add_argument(
+        "--groups_per_device",
+        type=int,
+        default=None,
+        help="Groups m per device (k = 8 = devices x m); default 1 on CPU, 8 on GPU.",
+    )
+    parser.add_argument(
+        "--design",
+        choices=("scan", "unrolled", "vmap", "global_vmap"),
+        default=None,
+        help="The grouped step's per-group gradients (vrgd_tf.keras_jax.step._DESIGN): "
+        "default the library's; the device's groups in a rolled or unrolled lax.scan, or "
+        "under vmap; or the first design's global vmap.",
+    )
     parser.add_argument("--out", default=None, help="JSON written (default: see docstring).")
     return parser.parse_args(argv)
 
@@ -239,7 +260,7 @@ class Arm:
         return float(self.logs["loss"])
 
 
-def time_config(name, plan, b, device, log):
+def time_config(name, plan, b, device, log, groups_per_device=None):
     """Base and VR of model ``name`` at per-sample batch ``b``: one result row."""
     import jax
     import jax_models
@@ -248,13 +269,13 @@ def time_config(name, plan, b, device, log):
     quick = plan["bert"] == PLANS["quick"]["bert"]
     k = SAMPLES
     devices = jax.devices()
-    if device == "cpu":
-        dist = keras.distribution.DataParallel(devices=devices[:k])
+    groups = groups_per_device or (1 if device == "cpu" else k)
+    n = k // groups
+    if n > 1:
+        dist = keras.distribution.DataParallel(devices=devices[:n])
         keras.distribution.set_distribution(dist)
-        n, groups = k, 1
     else:
         keras.distribution.set_distribution(None)
-        n, groups = 1, k
     if name == "bert":
         cfg = jax_models.BERT_QUICK if quick else jax_models.BERT_TINY
         x, y = jax_models.bert_batch(k * b, **cfg)
@@ -266,7 +287,7 @@ def time_config(name, plan, b, device, log):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     arms, device_memory = {}, {}
     for side in ("base", "vr"):
-        arm = Arm(side, build, loss, x, y, groups, device == "cpu")
+        arm = Arm(side, build, loss, x, y, groups, n > 1)
         arm.run(1)  # the first call (allocations)
         warm = arm.run(1)
         arms[side] = arm
@@ -521,6 +542,12 @@ def main(argv=None):
         raise SystemExit(f"--device=gpu: JAX sees no GPU ({jax.devices()[0].platform}).")
     if args.device == "cpu" and jax.device_count() < SAMPLES:
         raise SystemExit(f"--device=cpu needs {SAMPLES} devices; JAX has {jax.device_count()}.")
+    if args.groups_per_device is not None and SAMPLES % args.groups_per_device:
+        raise SystemExit(f"--groups_per_device must divide {SAMPLES}.")
+    if args.design is not None:
+        from vrgd_tf.keras_jax import step
+
+        step._DESIGN = args.design
     plan = dict(PLANS["quick" if args.quick else args.device])
     for key in ("reps", "pass_reps", "steps", "rep_seconds"):
         if getattr(args, key) is not None:
@@ -544,7 +571,9 @@ def main(argv=None):
         write()
     for name in [m for m in args.models.split(",") if m]:
         for b in plan[name]:
-            doc["end_to_end"].append(time_config(name, plan, b, args.device, log))
+            row = time_config(name, plan, b, args.device, log, args.groups_per_device)
+            row["design"] = args.design or "library"
+            doc["end_to_end"].append(row)
             write()
     doc["complete"] = True
     doc["provenance"]["tensorflow_imported"] = "tensorflow" in sys.modules
