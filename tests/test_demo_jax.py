@@ -1,4 +1,4 @@
-"""The digits main job with ``--backend=jax`` (issue 38 item 5), at tiny settings.
+"""The digits main job with ``--backend=jax``, at tiny settings.
 
 Runs ``examples/digits/digits_large_batch.py --backend=jax`` as a script in a fresh
 interpreter (the backend must be chosen before Keras is imported, which the script does from
