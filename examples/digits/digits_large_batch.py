@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 BACKENDS = ("tensorflow", "jax")
+DEFAULT_REPLICAS = 8  # --replicas' default, also read by select_backend before Keras
 
 
 def _argv_value(argv: Sequence[str], name: str, default: str) -> str:
@@ -82,7 +83,7 @@ def select_backend(argv: Sequence[str], environ=os.environ) -> str:
     environ["KERAS_BACKEND"] = backend
     if backend == "jax":
         environ.setdefault("JAX_PLATFORMS", "cpu")  # A CPU job: no GPU/TPU probing.
-        replicas = _argv_value(argv, "replicas", "8")
+        replicas = _argv_value(argv, "replicas", str(DEFAULT_REPLICAS))
         kept = [
             f
             for f in environ.get("XLA_FLAGS", "").split()
@@ -137,7 +138,9 @@ class DemoConfig:
         "(keras.distribution.DataParallel over CPU devices forced with XLA_FLAGS). Read "
         "from the command line before Keras is imported.",
     )
-    replicas: int = _flag(8, "Data-parallel replicas (logical CPUs); VRGD needs >= 2.", low=1)
+    replicas: int = _flag(
+        DEFAULT_REPLICAS, "Data-parallel replicas (logical CPUs); VRGD needs >= 2.", low=1
+    )
     global_batch: int = _flag(
         1024, "Images per step over all replicas; a multiple of --replicas.", low=1
     )
