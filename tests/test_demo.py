@@ -203,14 +203,38 @@ class DemoConfigValidationTest(tf.test.TestCase):
             (dict(lars_eeta=-0.1), "--lars_eeta"),
             (dict(test_size=1698), "--test_size"),
             (dict(keras_verbose=3), "--keras_verbose"),
+            (dict(backend="torch"), "--backend"),
         ]
         for kwargs, message in cases:
             with self.subTest(kwargs=kwargs):
                 with self.assertRaisesRegex(ValueError, message):
                     demo.DemoConfig(**kwargs).validate()
 
+    def test_backend_is_read_from_argv_before_keras(self):
+        environ = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"}
+        self.assertEqual(demo.select_backend(["demo", "--epochs=2"], environ), "tensorflow")
+        self.assertEqual(environ["KERAS_BACKEND"], "tensorflow")  # the flag wins
+        self.assertEqual(environ["XLA_FLAGS"], "--xla_cpu_use_thunk_runtime=false")
+        environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_dump_to=/d"}
+        argv = ["demo", "--backend", "jax", "--replicas=4"]
+        self.assertEqual(demo.select_backend(argv, environ), "jax")
+        self.assertEqual(
+            environ,
+            {
+                "KERAS_BACKEND": "jax",
+                "JAX_PLATFORMS": "cpu",
+                "XLA_FLAGS": "--xla_dump_to=/d --xla_force_host_platform_device_count=4",
+            },
+        )
+
+    def test_a_backend_other_than_the_loaded_one_is_refused(self):
+        config = demo.DemoConfig(backend="jax", epochs=2, warmup_epochs=1)
+        with self.assertRaisesRegex(ValueError, "--backend=jax, but Keras runs on tensorflow"):
+            demo.run(config)
+
     def test_defaults_are_valid(self):
         config = demo.DemoConfig().validate()
+        self.assertEqual(config.backend, "tensorflow")
         self.assertEqual(config.replicas, 8)
         self.assertEqual(config.global_batch, 1024)
         self.assertEqual(config.optimizers, ("lamb", "vrgd_lamb", "lars", "vrgd_lars"))

@@ -2,6 +2,10 @@
 
 Used by :mod:`digits_large_batch`, whose file keeps only the training job
 (data, model, optimizers, ``model.fit``). Nothing here touches the training arithmetic.
+Backend-neutral: on Keras' JAX backend nothing here imports TensorFlow; the GSNR summaries
+come from the optimizers' ``vrgd_statistics()`` there, and what the JAX path does not
+produce (the split-half reliability) is named in the output and in the JSON
+(:data:`NOT_ON_JAX`).
 """
 
 from __future__ import annotations
@@ -14,10 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import vrgd_tf
-from vrgd_tf import summaries
 
 __all__ = [
     "RunResult",
@@ -30,7 +32,58 @@ __all__ = [
     "format_table",
     "write_json",
     "plot_curves",
+    "all_weights_statistics",
+    "reliability",
+    "NOT_ON_JAX",
 ]
+
+#: What the report leaves out on Keras' JAX backend, and why (printed and in the JSON).
+NOT_ON_JAX = {
+    "reliability": "the split-half reliability of the GSNR (curves.reliability and its "
+    "report line): `split_half=True` is not implemented on the JAX backend of vrgd_tf, so "
+    "the VR optimizers run with split_half=False there",
+}
+
+
+def _on_jax() -> bool:
+    return keras.backend.backend() == "jax"
+
+
+def all_weights_statistics(optimizer, variables) -> Optional[Dict[str, float]]:
+    """:func:`vrgd_tf.summaries.all_weights_statistics` on TensorFlow; on JAX the same
+    values from ``optimizer.vrgd_statistics()`` (rows keyed by variable path): the
+    ``frac_at_gamma`` and ``frac_at_one`` of the variables with a GSNR weighted by their
+    sizes, and the plain mean over them of ``mean_gsnr``. None for a base optimizer, one not
+    built yet, or no variable with a GSNR."""
+    if not _on_jax():
+        from vrgd_tf import summaries
+
+        return summaries.all_weights_statistics(optimizer, variables)
+    if not hasattr(optimizer, "vrgd_statistics") or not optimizer.built:
+        return None
+    stats = optimizer.vrgd_statistics()
+    rows = [(stats[v.path], np.prod(v.shape)) for v in variables if v.path in stats]
+    rows = [(row, size) for row, size in rows if row["has_gsnr"]]
+    if not rows:
+        return None
+    sizes = np.array([size for _, size in rows], np.float64)
+    out = {
+        field: float(np.dot(sizes, [row[field] for row, _ in rows]) / sizes.sum())
+        for field in ("frac_at_gamma", "frac_at_one")
+    }
+    out["mean_gsnr_over_variables"] = float(np.mean([row["mean_gsnr"] for row, _ in rows]))
+    return out
+
+
+def reliability(stats) -> Optional[float]:
+    """The median split-half reliability over the variables of ``stats`` (a
+    ``vrgd_statistics()`` result), or None: none defined, or the JAX backend
+    (:data:`NOT_ON_JAX`)."""
+    if _on_jax():
+        return None
+    from vrgd_tf import summaries
+
+    return summaries.headline(stats).get(summaries.RELIABILITY_TAG)
 
 
 @dataclasses.dataclass
@@ -52,7 +105,7 @@ class RunResult:
       curves: per-epoch lists: ``test_accuracy``, ``test_loss``, and Keras' running
         ``loss`` and ``accuracy`` of the training steps; for VR runs also
         ``frac_at_gamma`` (fraction of all weights whose factor was clipped at gamma in the
-        epoch's last step).
+        epoch's last step) and, on TensorFlow with ``split_half``, ``reliability``.
       initial_weights_sha256: fingerprint of the initial weights (equal across runs).
       vrgd_statistics: ``optimizer.vrgd_statistics()`` after training, ``None`` for base
         optimizers.
@@ -84,15 +137,13 @@ class RunResult:
         }
 
     def statistics_summary(self) -> Optional[Dict[str, Any]]:
-        """``{"per_variable": vrgd_statistics, "all_weights":`` :func:`vrgd_tf.summaries.
-        all_weights_statistics` ``}``, or None for a base optimizer."""
+        """``{"per_variable": vrgd_statistics, "all_weights":`` :func:`all_weights_statistics`
+        ``}``, or None for a base optimizer."""
         if self.vrgd_statistics is None:
             return None
         return {
             "per_variable": self.vrgd_statistics,
-            "all_weights": summaries.all_weights_statistics(
-                self.optimizer, self.model.trainable_variables
-            ),
+            "all_weights": all_weights_statistics(self.optimizer, self.model.trainable_variables),
         }
 
 
@@ -143,9 +194,9 @@ class RunRecorder(keras.callbacks.Callback):
       ``on_epoch_end``, before the evaluation below and before later callbacks);
     * ``curves``: per epoch ``test_accuracy``/``test_loss`` (also added to the epoch's logs,
       so Keras prints them), Keras' ``loss``/``accuracy`` and, for a VRGD optimizer,
-      ``frac_at_gamma`` (:func:`vrgd_tf.summaries.all_weights_statistics`) and, with
-      ``split_half=True``, ``reliability`` (the median over variables of the split-half
-      reliability of the GSNR, :data:`vrgd_tf.summaries.RELIABILITY_TAG`).
+      ``frac_at_gamma`` (:func:`all_weights_statistics`) and, with ``split_half=True``
+      (TensorFlow), ``reliability`` (the median over variables of the split-half
+      reliability of the GSNR, :func:`reliability`).
 
     One full-batch forward pass per epoch instead of ``fit(validation_data=...)``: with
     Keras 3.15, each validation pass under a ``MirroredStrategy`` of 8 CPU replicas makes a
@@ -175,15 +226,12 @@ class RunRecorder(keras.callbacks.Callback):
         for key in ("test_accuracy", "test_loss", "loss", "accuracy"):
             if key in logs:
                 self.curves[key].append(float(logs[key]))
-        weighted = summaries.all_weights_statistics(
-            self.model.optimizer, self.model.trainable_variables
-        )
+        weighted = all_weights_statistics(self.model.optimizer, self.model.trainable_variables)
         if weighted is not None:
             self.curves.setdefault("frac_at_gamma", []).append(weighted["frac_at_gamma"])
-            stats = summaries.vrgd_statistics(self.model.optimizer)
-            reliability = summaries.headline(stats).get(summaries.RELIABILITY_TAG)
-            if reliability is not None:
-                self.curves.setdefault("reliability", []).append(reliability)
+            median = reliability(vrgd_tf.vrgd_statistics(self.model.optimizer))
+            if median is not None:
+                self.curves.setdefault("reliability", []).append(median)
 
     def ms_per_step(self, steps_per_epoch: int) -> float:
         """Median over epochs 2.. (all if there is one) of the epoch's time per step, in ms."""
@@ -234,16 +282,21 @@ def format_table(rows: Sequence[Dict[str, Any]]) -> str:
 
 def write_json(results: DemoResults, description: str, data_summary: Dict[str, int]) -> None:
     """Writes ``results.results_path``: description, config, data summary, library
-    versions, table rows, per-run curves and statistics, total wall time."""
+    versions, table rows, per-run curves and statistics, total wall time; on JAX also
+    ``not_produced`` (:data:`NOT_ON_JAX`)."""
+    if _on_jax():
+        import jax
+
+        versions = {"jax": jax.__version__}
+    else:
+        import tensorflow as tf
+
+        versions = {"tensorflow": tf.__version__}
     payload = {
         "description": description,
         "config": dataclasses.asdict(results.config),
         "data": data_summary,
-        "versions": {
-            "tensorflow": tf.__version__,
-            "keras": keras.__version__,
-            "vrgd_tf": vrgd_tf.__version__,
-        },
+        "versions": {**versions, "keras": keras.__version__, "vrgd_tf": vrgd_tf.__version__},
         "rows": results.rows,
         "runs": {
             r.name: {
@@ -256,6 +309,8 @@ def write_json(results: DemoResults, description: str, data_summary: Dict[str, i
         },
         "total_wall_time_s": results.wall_time,
     }
+    if _on_jax():
+        payload["not_produced"] = NOT_ON_JAX
     with open(results.results_path, "w") as f:
         json.dump(payload, f, indent=2)
 
@@ -310,8 +365,8 @@ def print_report(results: DemoResults, header: str) -> None:
                 f"mean GSNR (mean over variables) {w['mean_gsnr_over_variables']:.3g}"
             )
             rows = summary["per_variable"]
-            reliability = summaries.headline(rows).get(summaries.RELIABILITY_TAG)
-            if reliability is not None:
+            median = reliability(rows)
+            if median is not None:
                 per = ", ".join(
                     f"{name} {row['reliability']:.2f}"
                     for name, row in rows.items()
@@ -323,8 +378,11 @@ def print_report(results: DemoResults, header: str) -> None:
                     "falls from about 0.6 to about 0 (-0.2 to 0.2) once the model fits its "
                     "training set, so the factor then weights noise; per epoch: "
                     "curves.reliability in the JSON), "
-                    f"median over variables {reliability:.2f}: {per}"
+                    f"median over variables {median:.2f}: {per}"
                 )
+    if _on_jax() and any(r.vrgd_statistics is not None for r in results.runs):
+        for why in NOT_ON_JAX.values():
+            print(f"Not produced on JAX: {why}.")
     print(
         f"total wall time {results.wall_time:.1f}s; wrote {results.results_path} and "
         f"{results.plot_path}"
