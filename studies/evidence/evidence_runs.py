@@ -1,5 +1,6 @@
-"""What the evidence runners share (round3.py, round4.py; named so that no `runs/` output folder shadows it): the wall-clock budget guard and
-the end-of-run metrics. Imports TensorFlow only through the trainer it is handed."""
+"""What the evidence runners share (round3.py, round4.py): the wall-clock budget guard and
+the end-of-run metrics. Imports TensorFlow only through the trainer it is handed. (Not
+``runs.py``: the digits job's ``runs/`` output folder would shadow that name.)"""
 
 import math
 import time
