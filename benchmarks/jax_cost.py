@@ -27,10 +27,11 @@ r"""What VR-LAMB costs over LAMB on Keras 3's JAX backend (issue 38, item 6), in
    all-gathered and every device computes all groups' weight gradients.
 
    ``--groups_per_device=m`` times ``8 / m`` devices x ``m`` groups instead (no distribution
-   for ``m = 8``); ``--design`` sets the grouped step's private switch
-   (``vrgd_tf.keras_jax.step._DESIGN``) to time the alternatives to the library's design:
-   ``scan`` and ``unrolled`` (each device's groups in a rolled or unrolled ``lax.scan``),
-   ``vmap`` (under ``jax.vmap`` on each device), ``global_vmap`` (the first design).
+   for ``m = 8``); ``--unroll=true|false`` passes ``use_micro_batches(..., unroll=)``, each
+   device's groups in an unrolled or rolled ``lax.scan`` (default: the library's choice,
+   unrolled on XLA:CPU only). The earlier designs (``vmap`` on each device, the first
+   design's global ``vmap``) were timed with a private switch since removed; their rows stay
+   in ``results/jax_cost_cpu.json``'s history (git) and ``benchmarks/README.md``.
 
 2. The GSNR part in memory passes per element, as ``passes.py`` does for TensorFlow: on one
    device, BERT-tiny's 44 variable shapes (``BERT_TINY_SHAPES``, N = 4,384,058) and fixed
@@ -57,7 +58,7 @@ imports no TensorFlow: it runs where only JAX, NumPy and Keras are installed
 Examples:
   python3 benchmarks/jax_cost.py --device=cpu            # about 8 minutes on 2 shared cores
   python3 benchmarks/jax_cost.py --device=cpu --quick    # seconds: small shapes, a smoke run
-  python3 benchmarks/jax_cost.py --no_passes --groups_per_device=8 --design=vmap
+  python3 benchmarks/jax_cost.py --no_passes --groups_per_device=8 --unroll=false
   python3 benchmarks/jax_cost.py --device=gpu --out /tmp/jax_cost_gpu.json
 """
 
@@ -129,12 +130,11 @@ def parse(argv=None):
         help="Groups m per device (k = 8 = devices x m); default 1 on CPU, 8 on GPU.",
     )
     parser.add_argument(
-        "--design",
-        choices=("scan", "unrolled", "vmap", "global_vmap"),
+        "--unroll",
+        choices=("true", "false"),
         default=None,
-        help="The grouped step's per-group gradients (vrgd_tf.keras_jax.step._DESIGN): "
-        "default the library's; the device's groups in a rolled or unrolled lax.scan, or "
-        "under vmap; or the first design's global vmap.",
+        help="use_micro_batches(unroll=): each device's groups unrolled or in a rolled "
+        "lax.scan; default the library's choice (unrolled on XLA:CPU only).",
     )
     parser.add_argument("--out", default=None, help="JSON written (default: see docstring).")
     return parser.parse_args(argv)
@@ -217,7 +217,7 @@ def _device_memory():
 class Arm:
     """One side (base or VR) of one configuration: a compiled step and its state."""
 
-    def __init__(self, side, build_model, loss, x, y, groups, distributed):
+    def __init__(self, side, build_model, loss, x, y, groups, distributed, unroll=None):
         import jax
         from keras.src.backend.jax import trainer as jax_trainer
 
@@ -228,7 +228,7 @@ class Arm:
         opt = vrgd_tf.VRGDLamb(**LEARNING) if side == "vr" else vrgd_tf.Lamb(**LEARNING)
         model.compile(optimizer=opt, loss=loss)
         if side == "vr":
-            vrgd_tf.use_micro_batches(model, num_groups=groups)
+            vrgd_tf.use_micro_batches(model, num_groups=groups, unroll=unroll)
         model._symbolic_build(data_batch=(x, y, None))
         if distributed:
             self.data = jax_trainer._distribute_data((x, y, None))
@@ -260,7 +260,7 @@ class Arm:
         return float(self.logs["loss"])
 
 
-def time_config(name, plan, b, device, log, groups_per_device=None):
+def time_config(name, plan, b, device, log, groups_per_device=None, unroll=None):
     """Base and VR of model ``name`` at per-sample batch ``b``: one result row."""
     import jax
     import jax_models
@@ -287,7 +287,7 @@ def time_config(name, plan, b, device, log, groups_per_device=None):
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     arms, device_memory = {}, {}
     for side in ("base", "vr"):
-        arm = Arm(side, build, loss, x, y, groups, n > 1)
+        arm = Arm(side, build, loss, x, y, groups, n > 1, unroll)
         arm.run(1)  # the first call (allocations)
         warm = arm.run(1)
         arms[side] = arm
@@ -544,10 +544,7 @@ def main(argv=None):
         raise SystemExit(f"--device=cpu needs {SAMPLES} devices; JAX has {jax.device_count()}.")
     if args.groups_per_device is not None and SAMPLES % args.groups_per_device:
         raise SystemExit(f"--groups_per_device must divide {SAMPLES}.")
-    if args.design is not None:
-        from vrgd_tf.keras_jax import step
-
-        step._DESIGN = args.design
+    unroll = None if args.unroll is None else args.unroll == "true"
     plan = dict(PLANS["quick" if args.quick else args.device])
     for key in ("reps", "pass_reps", "steps", "rep_seconds"):
         if getattr(args, key) is not None:
@@ -571,8 +568,8 @@ def main(argv=None):
         write()
     for name in [m for m in args.models.split(",") if m]:
         for b in plan[name]:
-            row = time_config(name, plan, b, args.device, log, args.groups_per_device)
-            row["design"] = args.design or "library"
+            row = time_config(name, plan, b, args.device, log, args.groups_per_device, unroll)
+            row["unroll"] = "library" if unroll is None else unroll
             doc["end_to_end"].append(row)
             write()
     doc["complete"] = True

@@ -185,3 +185,27 @@ def test_dropout_seed_state_advances_as_in_kerass_own_fit():
         v.numpy() for v in m.non_trainable_variables if not np.issubdtype(v.dtype, np.floating)
     ]
     assert ints(grouped) and all(np.array_equal(p, q) for p, q in zip(ints(grouped), ints(base)))
+
+
+def test_rolled_and_unrolled_groups_give_the_same_weights():
+    """``use_micro_batches(unroll=)``: the device's groups in a rolled ``lax.scan`` or
+    unrolled, the same step to float32 rounding (the default unrolls on XLA:CPU). VRGD-SGD:
+    under LAMB the bias before BatchNorm, whose gradient is rounding noise, takes Adam-sized
+    steps whose sign follows that noise (3.5e-4 apart after one step here)."""
+    x, y = conv_data(BATCH * 2)
+
+    def fit(unroll):
+        use_devices(1)
+        model = conv1d(norm=True)
+        model.compile(vrgd_tf.VRGDSGD(0.05, momentum=0.9), "mse")
+        vrgd_tf.use_micro_batches(model, num_groups=4, unroll=unroll)
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        return model
+
+    rolled, unrolled, default = fit(False), fit(True), fit(None)
+    assert max_diff(rolled, unrolled) < 1e-6
+    assert max_diff(unrolled, default) == 0.0
+    model = conv1d()
+    model.compile(vrgd_tf.VRGDSGD(0.1), "mse")
+    with pytest.raises(TypeError, match="unroll"):
+        vrgd_tf.use_micro_batches(model, num_groups=2, unroll="yes")

@@ -32,8 +32,9 @@ on ``B / k`` rows, ``m`` times, plus the GSNR math; nothing else is communicated
   (a ``(8, 512, 40, 32)`` input: 6.3 s against 0.12 s), which made the rolled loop 6.7 to 9.6
   times the base's step for the 1-D CNN at 1 device x 8 groups; unrolled it is 1.1 and 0.6
   (and the BERT-tiny-shaped model 1.3 and 1.0; rolled 1.0 and 0.8; vmap 3.8 and 1.3; small
-  and large batches, 2 loaded CPU cores). Elsewhere the loop stays rolled: the compile time and code of
-  one group (unrolled, XLA compiles the model ``m`` times).
+  and large batches, 2 loaded CPU cores). Elsewhere the loop stays rolled: the compile time
+  and code of one group (unrolled, XLA compiles the model ``m`` times); not yet timed on an
+  accelerator. ``use_micro_batches(..., unroll=)`` chooses either way.
 * With one group per device (``m = 1``) there is no loop: each device runs the base's
   program on its rows.
 
@@ -47,11 +48,12 @@ batch.
 """
 
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import keras
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec
 from keras.src import tree
 from keras.src.trainers.data_adapters import data_adapter_utils
 
@@ -60,7 +62,9 @@ from vrgd_tf.keras_jax import optimizers as optimizers_lib
 __all__ = ["use_micro_batches", "sample_plan"]
 
 
-def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
+def use_micro_batches(
+    model: keras.Model, num_groups: int, *, unroll: Optional[bool] = None
+) -> keras.Model:
     """Makes ``model.fit`` take ``k = devices x num_groups`` GSNR samples per step (JAX).
 
     Sets the model instance's ``train_step`` to the grouped step (module docstring), the
@@ -72,12 +76,17 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
       model: a compiled Keras 3 model whose optimizer is a ``vrgd_tf`` VRGD optimizer.
       num_groups: int >= 1, the groups ``m`` per device; the global batch must be a
         multiple of ``k = n x m`` (``n`` devices of ``DataParallel``'s data axis).
+      unroll: how a device's ``m`` groups run: None (default) unrolled on XLA:CPU and a
+        rolled ``lax.scan`` elsewhere (module docstring); True unrolled (XLA compiles the
+        model ``m`` times, ``m`` groups' activations may live at once); False rolled (one
+        group's code and activations). The same sums either way, to float32 rounding.
 
     Returns:
       ``model``.
 
     Raises:
-      TypeError: ``num_groups`` is not an int, or the optimizer is not a VRGD optimizer.
+      TypeError: ``num_groups`` is not an int, ``unroll`` not None or a bool, or the
+        optimizer is not a VRGD optimizer.
       ValueError: ``num_groups < 1``; a loss-scale optimizer (mixed ``float16``); or, at
         the first step, a batch that is not a multiple of ``k``.
     """
@@ -85,6 +94,8 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
         raise TypeError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
     if num_groups < 1:
         raise ValueError(f"`num_groups` must be >= 1; got {num_groups}.")
+    if unroll is not None and not isinstance(unroll, bool):
+        raise TypeError(f"`unroll` must be None, True or False; got {unroll!r}.")
     optimizer = getattr(model, "optimizer", None)
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
@@ -97,7 +108,7 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
             "use_micro_batches: compile the model with a vrgd_tf VRGD optimizer first "
             f"(e.g. vrgd_tf.VRGDLamb); its optimizer is {type(optimizer).__name__}."
         )
-    model.train_step = functools.partial(grouped_train_step, model, num_groups)
+    model.train_step = functools.partial(grouped_train_step, model, num_groups, unroll=unroll)
     model.train_function = None
     return model
 
@@ -149,22 +160,16 @@ def _is_float(v):
     return jnp.issubdtype(v.dtype, jnp.floating)
 
 
-#: Benchmark only (``benchmarks/jax_cost.py --design``): None is the library's design (module
-#: docstring); "scan" and "unrolled" force the loop rolled or unrolled on any platform,
-#: "vmap" takes each device's groups under ``jax.vmap``, "global_vmap" is the first design.
-_DESIGN = None
+def _unroll(m, unroll):
+    """The loop over a device's ``m`` groups: ``unroll`` if given, else rolled (``lax.scan``,
+    one group's code and activations) but unrolled on XLA:CPU, whose weight-gradient
+    convolution inside a loop body is about 50 times slower than outside (module docstring)."""
+    if unroll is None:
+        unroll = jax.default_backend() == "cpu"
+    return m if unroll else 1
 
 
-def _unroll(m):
-    """The loop over a device's ``m`` groups: rolled (``lax.scan``, one group's code and
-    activations), but unrolled on XLA:CPU, whose weight-gradient convolution inside a loop
-    body is about 50 times slower than outside (module docstring)."""
-    if _DESIGN in ("scan", "unrolled"):
-        return m if _DESIGN == "unrolled" else 1
-    return m if jax.default_backend() == "cpu" else 1
-
-
-def grouped_train_step(model, num_groups, state, data):
+def grouped_train_step(model, num_groups, state, data, unroll=None):
     """``JAXTrainer.train_step`` (Keras 3.15) with ``k`` samples: per-group gradients (one
     ``shard_map`` over the data axis, the device's groups in a ``lax.scan``), their sums and
     the VRGD step (module docstring)."""
@@ -173,8 +178,6 @@ def grouped_train_step(model, num_groups, state, data):
     k, mesh, axis = sample_plan(num_groups)
     batch = (x, y, sample_weight)
     tree.map_structure(lambda t: _check_rows(t, k), batch)
-    if _DESIGN == "global_vmap":
-        return _global_vmap_step(model, num_groups, state, batch, k, mesh, axis)
     m = num_groups
 
     def device_part(trainable, non_trainable, metrics_vars, optimizer_vars, batch):
@@ -192,14 +195,7 @@ def grouped_train_step(model, num_groups, state, data):
             return grads, loss, y_pred, new_non_trainable
 
         groups = tree.map_structure(lambda t: _groups(t, m), batch)
-        if _DESIGN == "vmap":
-            grads, losses, y_pred, new_nt = jax.vmap(group)(*groups)
-            sums = _sums(grads)
-            acc = (sums.s1, sums.s2, sums.k, losses.astype("float32").sum())
-            nt = [v.astype("float32").sum(0) if _is_float(v) else v[0] for v in new_nt]
-            acc = acc + (nt,)
-        else:
-            acc, y_pred = _scan_groups(group, groups, m, trainable, non_trainable)
+        acc, y_pred = _scan_groups(group, groups, m, trainable, non_trainable, unroll)
         y_pred = tree.map_structure(lambda t: t.reshape((-1,) + tuple(t.shape[2:])), y_pred)
         if mesh is not None:
             s1, s2, count, loss, nt = acc
@@ -237,7 +233,7 @@ def grouped_train_step(model, num_groups, state, data):
     return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
 
 
-def _scan_groups(group, groups, m, trainable, non_trainable):
+def _scan_groups(group, groups, m, trainable, non_trainable, unroll):
     """The ``m`` groups one after another (``lax.scan``; straight-line code for ``m = 1``)
     with running sums: ``((S1, S2, contributing groups, loss sum, non-trainable), y_pred)``,
     the non-trainable floats summed in float32 and the other values group 0's, the
@@ -274,63 +270,4 @@ def _scan_groups(group, groups, m, trainable, non_trainable):
     if m == 1:
         carry, y_pred = body(init, tree.map_structure(lambda t: None if t is None else t[0], items))
         return carry, tree.map_structure(lambda t: t[None], y_pred)
-    return jax.lax.scan(body, init, items, unroll=_unroll(m))
-
-
-def _split(t, k, mesh, axis):
-    """``t`` ``[B, ...]`` as ``[k, B / k, ...]`` (row-major), group axis on the data axis."""
-    if t is None:
-        return None
-    t = _groups(t, k)
-    if mesh is not None:
-        t = jax.lax.with_sharding_constraint(t, NamedSharding(mesh, PartitionSpec(axis)))
-    return t
-
-
-def _merge_state(values):
-    """The groups' non-trainable values ``[k, ...]``: mean of floats, group 0's otherwise."""
-    if jnp.issubdtype(values.dtype, jnp.floating):
-        return values.mean(axis=0).astype(values.dtype)
-    return values[0]
-
-
-def _global_vmap_step(model, num_groups, state, batch, k, mesh, axis):
-    """The first design: every group's gradient under one ``jax.vmap(...,
-    spmd_axis_name=<data axis>)`` over ``[k, B / k, ...]`` (benchmark only)."""
-    trainable, non_trainable, optimizer_vars, metrics_vars = state
-    x, y, sample_weight = batch
-    groups = tree.map_structure(lambda t: _split(t, k, mesh, axis), batch)
-
-    def group_gradient(xg, yg, swg):
-        grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
-        (_, aux), grads = grad_fn(
-            trainable, non_trainable, metrics_vars, xg, yg, swg,
-            training=True, optimizer_variables=optimizer_vars,
-        )  # fmt: skip
-        unscaled_loss, y_pred, new_non_trainable, _ = aux
-        return grads, unscaled_loss, y_pred, new_non_trainable
-
-    grads, losses, y_pred, new_non_trainable = jax.vmap(group_gradient, spmd_axis_name=axis)(
-        *groups
-    )
-    sums = _sums(grads)
-    optimizer = model.optimizer
-    trainable, optimizer_vars = optimizer.vrgd_stateless_apply(optimizer_vars, sums, trainable)
-    non_trainable = [_merge_state(v) for v in new_non_trainable]
-    y_pred = tree.map_structure(lambda t: t.reshape((-1,) + tuple(t.shape[2:])), y_pred)
-    logs, metrics_vars = model._update_metrics_variables(
-        metrics_vars, losses.mean(), x, y, y_pred, sample_weight
-    )
-    return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
-
-
-def _sums(grads) -> optimizers_lib.GroupSums:
-    """``S1``, ``S2`` (float32) and the contributing samples of per-group gradients
-    ``[k, ...]``: a group contributes when some element of its gradients is nonzero."""
-    grads = [g.astype("float32") for g in grads]
-    squares = [g * g for g in grads]
-    per_group = sum(sq.reshape(sq.shape[0], -1).sum(axis=1) for sq in squares)
-    k = (per_group > 0).sum(dtype="float32")
-    return optimizers_lib.GroupSums(
-        [g.sum(axis=0) for g in grads], [sq.sum(axis=0) for sq in squares], k
-    )
+    return jax.lax.scan(body, init, items, unroll=_unroll(m, unroll))
