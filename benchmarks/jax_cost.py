@@ -75,18 +75,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 REPO = os.path.dirname(HERE)
 RESULTS_DIR = os.path.join(HERE, "results")
 
-#: BERT-tiny's trainable variables (Model Garden, ``passes.BERT_TINY_SHAPES``), in order.
-_LAYER = [(128, 2, 64), (2, 64)] * 3 + [(2, 64, 128), (128,), (128,), (128,)]
-_LAYER += [(128, 512), (512,), (512, 128), (128,), (128,), (128,)]
-BERT_TINY_SHAPES = (
-    [(30522, 128), (128, 128), (2, 128), (128,), (128,)]
-    + _LAYER * 2
-    + [(128, 128), (128,), (30522,), (128, 128), (128,), (128,), (128,)]
-)
-QUICK_SHAPES = [(2000, 32), (32, 32), (32,), (64, 16)]
+from bert_shapes import BERT_TINY_SHAPES, QUICK_SHAPES  # noqa: E402
+
 #: Groups of the passes part (as ``passes.py``).
 PASS_GROUPS = 4
 #: The VR-LAMB steps of the passes part: the defaults (``vrgd``, the one the issue's aim is

@@ -2,7 +2,7 @@
 masked-LM head and the 1-D CNN, with random batches. No TensorFlow: they run where only JAX
 and Keras are installed.
 
-BERT-tiny-shaped (:func:`bert_tiny`): the shapes of ``passes.BERT_TINY_SHAPES`` (Model
+BERT-tiny-shaped (:func:`bert_tiny`): the shapes of ``bert_shapes.BERT_TINY_SHAPES`` (Model
 Garden's ``BertEncoder`` 2 x 128 with its tied masked-LM head) as far as Keras layers give
 them: word (30522 x 128), position (128 x 128) and type (2 x 128) embeddings and their
 LayerNorm; per layer ``keras.layers.MultiHeadAttention(num_heads=2, key_dim=64)`` (kernels
@@ -11,13 +11,17 @@ GELU feed-forward, LayerNorm; the masked-LM transform (128 x 128, GELU, LayerNor
 output bias (30522) on logits tied to the word embedding, at ``num_masked`` positions per
 sequence. Left out: the pooler (128 x 128 and 128; the masked-LM loss gives it no gradient,
 and a Keras functional model drops a layer no output depends on), dropout, the attention
-mask (every token is real). 42 variables, 4,367,546 elements (``passes.BERT_TINY_SHAPES``:
+mask (every token is real). 42 variables, 4,367,546 elements (``bert_shapes.BERT_TINY_SHAPES``:
 44, 4,384,058).
 
-1-D CNN (:func:`cnn1d`): ``studies/shared.py``'s ``cnn1d(40)`` layer for layer (conv5 ->
-conv3/2 -> conv3/2, 32 channels, ReLU -> dense 10), copied here because ``studies/shared.py``
-imports TensorFlow; random inputs (a step's time does not depend on the values).
+1-D CNN (:func:`cnn1d`): ``studies/shared.py``'s ``cnn1d(40)`` (conv5 -> conv3/2 -> conv3/2,
+32 channels, ReLU -> dense 10), the studies' definition itself (that module imports
+TensorFlow only for its strategies); random inputs (a step's time does not depend on the
+values).
 """
+
+import os
+import sys
 
 import keras
 import numpy as np
@@ -114,18 +118,13 @@ def bert_batch(batch, vocab, seq, num_masked, seed=0, **_):
 
 
 def cnn1d(length=40, channels=1, num_classes=10, width=32):
-    """``studies/shared.py``'s 1-D CNN (module docstring)."""
-    return keras.Sequential(
-        [
-            keras.Input((length, channels)),
-            layers.Conv1D(width, 5, padding="same", activation="relu", name="conv1"),
-            layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv2"),
-            layers.Conv1D(width, 3, strides=2, padding="same", activation="relu", name="conv3"),
-            layers.Flatten(),
-            layers.Dense(num_classes, name="logits"),
-        ],
-        name="cnn1d",
-    )
+    """``studies/shared.py``'s 1-D CNN (module docstring), the model the studies train."""
+    studies = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "studies")
+    if studies not in sys.path:
+        sys.path.append(studies)
+    import shared  # TensorFlow-free at import (its strategies import it when asked)
+
+    return shared.cnn1d(length, channels, num_classes, width)
 
 
 def cnn1d_batch(batch, length=40, num_classes=10, seed=0):

@@ -42,19 +42,11 @@ if not os.environ.get("PYTHONPATH"):
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from bert_shapes import BERT_TINY_SHAPES, QUICK_SHAPES  # noqa: E402, F401
 
 import bounds  # noqa: E402
 import harness  # noqa: E402
 
-#: BERT-tiny's trainable variables (``bert.bert_tiny(128)``), in model order.
-_LAYER = [(128, 2, 64), (2, 64)] * 3 + [(2, 64, 128), (128,), (128,), (128,)]
-_LAYER += [(128, 512), (512,), (512, 128), (128,), (128,), (128,)]
-BERT_TINY_SHAPES = (
-    [(30522, 128), (128, 128), (2, 128), (128,), (128,)]
-    + _LAYER * 2
-    + [(128, 128), (128,), (30522,), (128, 128), (128,), (128,), (128,)]
-)
-QUICK_SHAPES = [(2000, 32), (32, 32), (32,), (64, 16)]
 NUM_GROUPS = 4
 
 #: Regression bounds of the full run: the GSNR part from the fastest repetitions, each mode.

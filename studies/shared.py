@@ -7,7 +7,9 @@ present by the reports). The studies import it through
 :mod:`studylib` and the sweeps (``studies/sweeps/``); ``benchmarks/harness.py`` and
 ``benchmarks/models.py`` import it too, the one module of ``studies/`` that ``benchmarks/``
 imports: the cost benchmarks time the models and optimizer pairs the studies train, and one
-definition keeps the two the same. It imports only ``vrgd_tf`` and third-party packages.
+definition keeps the two the same (``benchmarks/jax_models.py`` too, for the 1-D CNN on
+JAX). It imports only ``vrgd_tf`` and third-party packages, and TensorFlow only in
+:func:`setup_devices` and :func:`strategy_for`.
 
 Call :func:`setup_devices` before any TensorFlow op: the logical device configuration must
 precede TensorFlow's runtime start.
@@ -26,8 +28,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from vrgd_tf import devices  # noqa: E402
-
 STUDIES = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(STUDIES)
 #: Where MNIST-1D is cached once generated (git-ignored).
@@ -42,6 +42,8 @@ DATA_CACHE = os.path.join(STUDIES, "sweeps", "results", "data")
 def setup_devices(num_logical):
     """Splits the physical CPU into ``num_logical`` logical devices (before TF initialises);
     returns how many there are."""
+    from vrgd_tf import devices  # TensorFlow: imported only here (jax_models imports this module)
+
     return len(devices.split_cpu(num_logical, argument="--replicas"))
 
 
@@ -51,6 +53,8 @@ _STRATEGIES = {}
 def strategy_for(k):
     """MirroredStrategy over the first ``k`` logical CPUs (one object per ``k``)."""
     if k not in _STRATEGIES:
+        from vrgd_tf import devices
+
         _STRATEGIES[k] = devices.cpu_strategy(k, argument="--replicas")
     return _STRATEGIES[k]
 

@@ -24,7 +24,7 @@ import vrgd_tf as _vrgd_tf
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
-# The TensorFlow family patches Keras' TensorFlow optimizer; under Keras' JAX backend
+# The TensorFlow family subclasses Keras' TensorFlow optimizer; under Keras' JAX backend
 # (vrgd_tf.keras_jax, which imports Lamb and Lars from here; the backend as `import vrgd_tf`
 # reads it) it is not imported, and neither is TensorFlow.
 if _vrgd_tf._keras_backend() != "jax":
