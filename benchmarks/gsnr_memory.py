@@ -86,8 +86,7 @@ def child(beta_3, stats, inter):
         out = gsnr.variance_reduce(
             [g.read_value() for g in grads],
             variables,
-            gamma=0.1,
-            beta_3=beta_3,
+            settings=gsnr.VRGDSettings(beta_3=beta_3),
             state=state,
             record_statistics=bool(stats),
             squares=gsnr.GroupSquares([q.read_value() for q in squares], 2),

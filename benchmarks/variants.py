@@ -68,25 +68,23 @@ def _reduce(name, ctx, grads):
 
 def _dense_statistics(vr_cls):
     """``vr_cls`` whose GSNR step takes the dense statistics for sparse gradients (the
-    aggregator's public option ``sparse_statistics="dense"``)."""
+    setting ``sparse_statistics="dense"``)."""
 
     class DenseStatistics(vr_cls):
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.vrgd_aggregator.sparse_statistics = "dense"
+            super().__init__(*args, sparse_statistics="dense", **kwargs)
 
     DenseStatistics.__name__ = f"{vr_cls.__name__}_dense"
     return DenseStatistics
 
 
 def _unpacked(vr_cls):
-    """``vr_cls`` whose GSNR step packs no variables (the aggregator's public option
-    ``pack_limit=0``): every gradient its own tensor and its own element-wise ops."""
+    """``vr_cls`` whose GSNR step packs no variables (the setting ``pack_limit=0``): every
+    gradient its own tensor and its own element-wise ops."""
 
     class Unpacked(vr_cls):
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.vrgd_aggregator.pack_limit = 0
+            super().__init__(*args, pack_limit=0, **kwargs)
 
     Unpacked.__name__ = f"{vr_cls.__name__}_unpacked"
     return Unpacked

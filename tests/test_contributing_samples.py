@@ -154,7 +154,11 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
 
             def fn(*g):
                 out = vrgd_tf.gsnr.variance_reduce(
-                    list(g), variables, gamma=0.1, beta_3=0.9, state=state, replica_context=ctx
+                    list(g),
+                    variables,
+                    state=state,
+                    replica_context=ctx,
+                    settings=vrgd_tf.gsnr.VRGDSettings(beta_3=0.9),
                 )
                 return list(out), out.report.samples
 

@@ -95,11 +95,9 @@ class FactorTransformTest(tf.test.TestCase):
                 return gsnr.variance_reduce(
                     list(g),
                     variables,
-                    gamma=0.1,
-                    beta_3=0.0,
                     state=state,
                     replica_context=ctx,
-                    factor_transforms=[] if transform is None else [transform],
+                    settings=gsnr.VRGDSettings(factor_transforms=transform),
                 )
 
             mine = [tf.constant(grads[n][0, 0]) for n in names]
@@ -140,7 +138,7 @@ class FactorTransformTest(tf.test.TestCase):
         def fn():
             g = [tf.ones([3, 2]), tf.ones([5])]
             return gsnr.variance_reduce(
-                g, [a, b], gamma=0.1, beta_3=0.0, state=state, factor_transforms=[record]
+                g, [a, b], state=state, settings=gsnr.VRGDSettings(factor_transforms=[record])
             )
 
         strategy.run(fn)
@@ -220,7 +218,10 @@ class FactorTransformTest(tf.test.TestCase):
                     tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32
                 )
                 return gsnr.variance_reduce(
-                    [g], [a], gamma=0.1, state=state, factor_transforms=[lambda f, c: f, transform]
+                    [g],
+                    [a],
+                    state=state,
+                    settings=gsnr.VRGDSettings(factor_transforms=[lambda f, c: f, transform]),
                 )
 
             return strategy.experimental_local_results(strategy.run(fn))[0][0]

@@ -179,10 +179,10 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
             opt.apply_grouped_gradients([(tf.ones(2), v)], [None], num_groups=2)
         opt.apply_grouped_gradients([(tf.ones(2), v)], [tf.ones([2, 1])], num_groups=2)
 
-    def test_step_takes_the_groups_as_one_record_or_the_alias_keywords(self):
+    def test_step_takes_the_groups_as_one_record(self):
         """``variance_reduce(squares=GroupSquares(sq_sums, m))`` on one device is the GSNR of
-        the m groups (NumPy reference), and the first release's keywords ``sq_sums=``,
-        ``num_groups=`` give the same bits; both at once, or a mapping, are refused."""
+        the m groups (NumPy reference); the removed alias keywords ``sq_sums=``,
+        ``num_groups=``, a mapping, or a list are refused."""
         from vrgd_tf import common, gsnr
 
         self.assertIs(common.GroupSquares, gsnr.GroupSquares)
@@ -190,16 +190,14 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
         v = tf.Variable(np.zeros(6, np.float32))
         grads, sq_sums = [tf.constant(xs.sum(0))], [tf.constant(np.square(xs).sum(0))]
         step = lambda **kw: gsnr.variance_reduce(  # noqa: E731
-            grads, [v], state=None, record_statistics=False, gamma=0.1, **kw
+            grads, [v], state=None, record_statistics=False, **kw
         )
         (record,) = step(squares=gsnr.GroupSquares(sq_sums, K))
-        (alias,) = step(sq_sums=sq_sums, num_groups=K)
         factor, s1 = ref.gsnr_factor(xs, 0.1)
         self.assertAllClose(record, factor * s1, rtol=1e-5, atol=1e-6)
-        self.assertAllEqual(record, alias)
         keyed = gsnr.GroupSquares({"v": sq_sums[0]}, K)
         self.assertAllEqual(step(squares=keyed.in_order(["v"]))[0], record)
-        with self.assertRaisesRegex(TypeError, "not both"):
+        with self.assertRaisesRegex(TypeError, "num_groups"):
             step(squares=gsnr.GroupSquares(sq_sums, K), num_groups=K)
         with self.assertRaisesRegex(ValueError, "in_order"):
             step(squares=keyed)

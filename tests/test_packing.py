@@ -70,11 +70,11 @@ class LayoutTest(tf.test.TestCase):
             self.assertEqual(layout.block_order, tuple(range(len(variables))))
 
     def test_pack_limit_is_checked(self):
-        self.assertEqual(gsnr.GSNROptions().pack_limit, layout_lib.PACK_LIMIT)
+        self.assertEqual(gsnr.VRGDSettings().pack_limit, layout_lib.PACK_LIMIT)
         with self.assertRaisesRegex(ValueError, "`pack_limit` must be an int >= 0"):
-            gsnr.GSNROptions(pack_limit=-1)
+            gsnr.VRGDSettings(pack_limit=-1)
         with self.assertRaisesRegex(TypeError, "`pack_limit` must be an int"):
-            gsnr.GSNROptions(pack_limit=True)
+            gsnr.VRGDSettings(pack_limit=True)
 
 
 #: The step's variables: a large one first, 12 in all, 9 of them packed.
@@ -137,8 +137,8 @@ class Step:
                 0.9,
             )
             self.state.add_variables(self.variables)
-        options = dict(
-            beta_3=0.9, split_half_stride=1, pack_limit=pack_limit, factor_transforms=transforms
+        settings = gsnr.VRGDSettings(
+            beta_3=0.9, split_half=True, pack_limit=pack_limit, factor_transforms=transforms
         )
 
         @tf.function
@@ -148,7 +148,7 @@ class Step:
                 rid = ctx.replica_id_in_sync_group
                 mine = [tf.cast(tf.gather(g, rid), d) for g, (_, d) in zip(grads, STEP_VARIABLES)]
                 return gsnr.variance_reduce(
-                    mine, self.variables, state=self.state, replica_context=ctx, **options
+                    mine, self.variables, state=self.state, replica_context=ctx, settings=settings
                 )
 
             return strategy.experimental_local_results(strategy.run(fn))
@@ -216,7 +216,10 @@ def step_graph_ops(num_variables, pack_limit):
         def fn():
             grads = [tf.ones([64]) for _ in variables]
             return gsnr.variance_reduce(
-                grads, variables, state=state, beta_3=0.9, pack_limit=pack_limit
+                grads,
+                variables,
+                state=state,
+                settings=gsnr.VRGDSettings(beta_3=0.9, pack_limit=pack_limit),
             )
 
         return strategy.run(fn)
@@ -261,8 +264,9 @@ class OptimizerTest(tf.test.TestCase):
                     [keras.Input((6,)), keras.layers.Dense(16, activation="relu")]
                     + [keras.layers.LayerNormalization(), keras.layers.Dense(3)]
                 )
-                optimizer = vrgd_tf.VRGDLamb(1e-2, weight_decay_rate=0.01, beta_3=0.9)
-                optimizer.vrgd_aggregator.pack_limit = limit
+                optimizer = vrgd_tf.VRGDLamb(
+                    1e-2, weight_decay_rate=0.01, beta_3=0.9, pack_limit=limit
+                )
                 model.compile(
                     optimizer=optimizer,
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -275,8 +279,6 @@ class OptimizerTest(tf.test.TestCase):
         for a, b in zip(results[0][0], results[1][0]):
             self.assertAllEqual(a, b)
         self.assertEqual(list(results[0][1].values()), list(results[1][1].values()))
-        with self.assertRaisesRegex(ValueError, "`pack_limit` must be set before the first"):
-            optimizer.vrgd_aggregator.pack_limit = 5
         with self.assertRaisesRegex(ValueError, "`pack_limit` must be an int >= 0"):
             vrgd_tf.GSNRAggregator(pack_limit=-2)
 

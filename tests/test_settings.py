@@ -14,7 +14,15 @@ from vrgd_tf import settings
 import util
 
 #: The config keys, as saved in checkpoints' configs, ``.keras`` files and YAMLs.
-KEYS = ("gamma", "beta_3", "statistics_interval", "squares_dtype", "split_half")
+KEYS = (
+    "gamma",
+    "beta_3",
+    "statistics_interval",
+    "squares_dtype",
+    "split_half",
+    "sparse_statistics",
+    "pack_limit",
+)
 
 
 def keras3_classes():
@@ -24,7 +32,7 @@ def keras3_classes():
 class SettingsTest(tf.test.TestCase):
     def test_the_definition(self):
         self.assertEqual(settings.CONFIG_KEYS, KEYS)
-        self.assertEqual(settings.NAMES, KEYS + ("factor_transforms",))
+        self.assertEqual(settings.NAMES, KEYS[:5] + ("factor_transforms",) + KEYS[5:])
         self.assertEqual(
             settings.DEFAULTS.get_config(),
             dict(
@@ -33,12 +41,13 @@ class SettingsTest(tf.test.TestCase):
                 statistics_interval=1,
                 squares_dtype="float32",
                 split_half=False,
+                sparse_statistics="rows",
+                pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
             ),
         )
-        # The settings the step's record shares have the step's defaults (written once).
-        step = vrgd_tf.gsnr.GSNROptions()
-        for name in ("gamma", "beta_3", "squares_dtype", "factor_transforms"):
-            self.assertEqual(getattr(settings.DEFAULTS, name), getattr(step, name), name)
+        # One record: the step's is the users' (no second record translated by hand).
+        self.assertIs(vrgd_tf.gsnr.VRGDSettings, settings.VRGDSettings)
+        self.assertFalse(hasattr(vrgd_tf.gsnr, "GSNROptions"))
         s = settings.VRGDSettings(gamma=1, factor_transforms=tf.math.multiply)
         self.assertEqual((type(s.gamma), s.factor_transforms), (float, (tf.math.multiply,)))
         for bad, error, text in (
@@ -48,6 +57,8 @@ class SettingsTest(tf.test.TestCase):
             (dict(squares_dtype="float16"), ValueError, "`squares_dtype` must be one of"),
             (dict(factor_transforms=[1]), TypeError, "`factor_transforms` must be"),
             (dict(split_half=1), TypeError, "`split_half` must be a bool"),
+            (dict(sparse_statistics="sparse"), ValueError, "`sparse_statistics` must be one"),
+            (dict(pack_limit=-1), ValueError, "`pack_limit` must be an int >= 0"),
             (dict(split_half=True, statistics_interval=0), ValueError, "`split_half=True` needs"),
         ):
             with self.assertRaisesRegex(error, text):
@@ -84,6 +95,8 @@ class SettingsTest(tf.test.TestCase):
                     statistics_interval=3,
                     squares_dtype="bfloat16",
                     split_half=False,
+                    sparse_statistics="rows",
+                    pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
                 ),
             )
             self.assertEqual(
@@ -98,7 +111,9 @@ class SettingsTest(tf.test.TestCase):
             self.assertEqual(rebuilt.vrgd_aggregator.settings, opt.vrgd_aggregator.settings)
 
     def test_the_aggregator(self):
-        agg = vrgd_tf.GSNRAggregator(0.2, 0.5, 4, squares_dtype="bfloat16", name="agg")
+        agg = vrgd_tf.GSNRAggregator(
+            gamma=0.2, beta_3=0.5, statistics_interval=4, squares_dtype="bfloat16", name="agg"
+        )
         self.assertEqual(
             agg.get_config(),
             dict(
@@ -115,22 +130,24 @@ class SettingsTest(tf.test.TestCase):
         self.assertEqual(
             vrgd_tf.GSNRAggregator.from_config(agg.get_config()).settings, agg.settings
         )
-        # pack_limit, settable until the first step, survives the round trip (it used to
-        # be left out: an aggregator made from the config packed at the default).
-        agg.pack_limit = 0
-        self.assertEqual(vrgd_tf.GSNRAggregator.from_config(agg.get_config()).pack_limit, 0)
+        # pack_limit and sparse_statistics are settings like the others: constructor
+        # keywords and config keys (no setters before the first step).
+        agg = vrgd_tf.GSNRAggregator(pack_limit=0, sparse_statistics="dense", beta_3=0.5)
+        again = vrgd_tf.GSNRAggregator.from_config(agg.get_config())
+        self.assertEqual((again.pack_limit, again.sparse_statistics), (0, "dense"))
+        with self.assertRaises(AttributeError):
+            agg.pack_limit = 5
         self.assertEqual(vrgd_tf.GSNRAggregator(settings=agg.settings).beta_3, 0.5)
         params = inspect.signature(vrgd_tf.GSNRAggregator).parameters
         self.assertEqual(list(params)[:3], ["gamma", "beta_3", "statistics_interval"])
+        self.assertTrue(all(p.kind is p.KEYWORD_ONLY for p in params.values()))
         for name in settings.NAMES:
             self.assertEqual(params[name].default, getattr(settings.DEFAULTS, name))
             self.assertIn(f"      {name}: ", vrgd_tf.GSNRAggregator.__doc__)
-        with self.assertRaisesRegex(TypeError, "both by position and by keyword"):
-            vrgd_tf.GSNRAggregator(0.2, gamma=0.3)
+        with self.assertRaisesRegex(TypeError, "positional argument"):
+            vrgd_tf.GSNRAggregator(0.2)
         with self.assertRaisesRegex(TypeError, "either `settings` or the settings"):
-            vrgd_tf.GSNRAggregator(0.2, settings=agg.settings)
-        with self.assertRaisesRegex(TypeError, "at most 3 settings by position"):
-            vrgd_tf.GSNRAggregator(0.2, 0.0, 1, "float32")
+            vrgd_tf.GSNRAggregator(gamma=0.2, settings=agg.settings)
 
     def test_model_garden_configs(self):
         util.skip_without_tf_keras(self)
@@ -147,3 +164,34 @@ class SettingsTest(tf.test.TestCase):
                 self.assertIn(f"      {name}: ", config_cls.__doc__)
             self.assertNotIn("factor_transforms", fields)
             self.assertEqual(config_cls.__module__, configs.__name__)
+
+
+class NewSettingsRoundTripTest(tf.test.TestCase):
+    """``sparse_statistics`` and ``pack_limit`` are kept by a ``.keras`` save and load and by a
+    tf_keras config round trip (they used to reach an optimizer only through setters on its
+    aggregator, and a loaded optimizer packed and took sparse statistics at the defaults)."""
+
+    def test_keras_file_keeps_them(self):
+        import os
+
+        import keras
+
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(
+            optimizer=vrgd_tf.VRGDLamb(1e-2, pack_limit=7, sparse_statistics="dense"), loss="mse"
+        )
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path).optimizer
+        self.assertEqual((loaded.pack_limit, loaded.sparse_statistics), (7, "dense"))
+        self.assertEqual(loaded.vrgd_aggregator.settings, model.optimizer.vrgd_aggregator.settings)
+
+    def test_tf_keras_config_keeps_them(self):
+        util.skip_without_tf_keras(self)
+        from vrgd_tf import tf_keras as vtk
+
+        for cls in (vtk.VRGDSGD, vtk.VRGDLamb):
+            opt = cls(pack_limit=0, sparse_statistics="dense", gamma=0.3)
+            again = cls.from_config(opt.get_config())
+            self.assertEqual((again.pack_limit, again.sparse_statistics), (0, "dense"))
+            self.assertEqual(again.vrgd_aggregator.settings, opt.vrgd_aggregator.settings)

@@ -19,17 +19,6 @@ OPTIMIZERS[(ts.TF_KERAS, "lars")] = (lambda **kw: vtk.VRGDLars(0.1, **kw), None)
 CASES = [(f, n, b) for f, n in sorted(OPTIMIZERS) for b in (0.0, 0.9)]
 
 
-def dense_path(make_optimizer):
-    """``make_optimizer`` whose sparse gradients take the dense statistics."""
-
-    def make():
-        opt = make_optimizer()
-        opt.vrgd_aggregator.sparse_statistics = "dense"
-        return opt
-
-    return make
-
-
 def run(family, k, make_optimizer):
     """ts.run_sparse, also returning the optimizer's VRGD state and diagnostics."""
     value, opt = ts.run_sparse(family, k, make_optimizer, with_optimizer=True)
@@ -42,9 +31,12 @@ class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
     def test_weights_state_and_diagnostics_equal_the_dense_path(self, family, name, beta_3):
         make_vr = OPTIMIZERS[(family, name)][0]
         for k in (1, 2, 4):
-            make = lambda: make_vr(gamma=0.1, beta_3=beta_3)  # noqa: E731
-            sparse = run(family, k, make)
-            dense = run(family, k, dense_path(make))
+            sparse = run(family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3))
+            dense = run(
+                family,
+                k,
+                lambda: make_vr(gamma=0.1, beta_3=beta_3, sparse_statistics="dense"),
+            )
             self.assertAllClose(sparse[0], dense[0], rtol=1e-5, atol=1e-6, msg=f"k={k}")
             self.assertGreater(np.abs(sparse[0] - 1.0).max(), 1e-4)  # it trained
             for row in (2, 5, 6):  # touched by no replica
@@ -131,11 +123,11 @@ class SparseGraphAndXlaTest(tf.test.TestCase, parameterized.TestCase):
             (out,) = gsnr.variance_reduce(
                 [g],
                 [var],
-                gamma=0.1,
-                beta_3=beta_3,
+                settings=gsnr.VRGDSettings(
+                    gamma=0.1, beta_3=beta_3, sparse_statistics="rows" if sparse else "dense"
+                ),
                 state=state,
                 replica_context=ctx,
-                sparse_statistics="rows" if sparse else "dense",
             )
             return tf.convert_to_tensor(out) if densify else out
 

@@ -80,17 +80,14 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual((p.num_samples, p.num_samples_a), (15, 6))
 
     def test_options_and_aggregator_arguments_are_checked(self):
-        self.assertEqual(gsnr.GSNROptions().split_half_stride, 0)
-        with self.assertRaisesRegex(ValueError, "split_half_stride"):
-            gsnr.GSNROptions(split_half_stride=-1)
-        with self.assertRaisesRegex(TypeError, "split_half_stride"):
-            gsnr.GSNROptions(split_half_stride=1.5)
+        self.assertEqual(gsnr.VRGDSettings().split_half_stride, 0)
+        self.assertEqual(gsnr.VRGDSettings(statistics_interval=7).split_half_stride, 0)
         with self.assertRaisesRegex(TypeError, "split_half"):
             vrgd_tf.GSNRAggregator(split_half=1)
         with self.assertRaisesRegex(ValueError, "statistics_interval"):
             vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=0)
         aggregator = vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=10)
-        self.assertEqual(aggregator.options.split_half_stride, 10)
+        self.assertEqual(aggregator.settings.split_half_stride, 10)
         self.assertTrue(aggregator.get_config()["split_half"])
         self.assertFalse(vrgd_tf.GSNRAggregator().split_half)
         optimizer = vrgd_tf.VRGDSGD(0.1, split_half=True)
@@ -179,6 +176,9 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
         state.add_variables(variables)
 
         def run(split_half_stride):
+            settings = gsnr.VRGDSettings(
+                split_half=split_half_stride > 0, statistics_interval=max(split_half_stride, 1)
+            )
             ctx = FakeReplicaContext(samples, shapes, groups, stride, me)
             grads = [tf.constant(x[me].sum(0)) for x in samples]
             squares = [
@@ -192,9 +192,8 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
                     variables,
                     state=state,
                     replica_context=ctx,
-                    sq_sums=squares if groups > 1 else None,
-                    num_groups=groups,
-                    split_half_stride=split_half_stride,
+                    squares=gsnr.GroupSquares(squares if groups > 1 else None, groups),
+                    settings=settings,
                 )
 
             return [g.numpy() for g in step()]
@@ -235,7 +234,7 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
             [variable],
             state=state,
             replica_context=ctx,
-            split_half_stride=1,
+            settings=gsnr.VRGDSettings(split_half=True),
         )
         self.assertAllEqual(state.split_half[0].numpy(), [0.0, 0.0, 0.0, 0.0])
         self.assertGreater(state.statistics[0].numpy()[3], 0.0)  # the step had a GSNR

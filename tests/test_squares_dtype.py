@@ -120,7 +120,10 @@ class ValidationTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`squares_dtype`"):
             strategy.run(
                 lambda: gsnr.variance_reduce(
-                    [tf.ones([2])], [v], gamma=0.1, beta_3=0.0, state=None, squares_dtype="f16"
+                    [tf.ones([2])],
+                    [v],
+                    state=None,
+                    settings=gsnr.VRGDSettings(squares_dtype="f16"),
                 )
             )
 
@@ -239,11 +242,9 @@ class FactorTest(tf.test.TestCase, parameterized.TestCase):
             return gsnr.variance_reduce(
                 [g],
                 [var],
-                gamma=0.1,
-                beta_3=0.0,
                 state=state,
                 replica_context=FakeReplicaContext(xs[1]),
-                squares_dtype="bfloat16",
+                settings=gsnr.VRGDSettings(squares_dtype="bfloat16"),
             )[0]
 
         compiled = tf.function(fn, jit_compile=True)(tf.constant(xs[0])).numpy()

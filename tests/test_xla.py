@@ -114,8 +114,7 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
                     return gsnr.variance_reduce(
                         list(g),
                         variables,
-                        gamma=0.1,
-                        beta_3=beta_3,
+                        settings=gsnr.VRGDSettings(gamma=0.1, beta_3=beta_3),
                         state=state,
                         replica_context=ctx,
                         record_statistics=record,

@@ -1,9 +1,12 @@
-"""The VRGD settings: the one definition of their names, defaults, checks, config keys and docs.
+"""The VRGD settings: what each place that takes them shows of them, derived from the record.
 
-Every VRGD optimizer of both families (:mod:`vrgd_tf.optimizers`, :mod:`vrgd_tf.tf_keras`),
+The record, :class:`VRGDSettings` (each field's name, default, check, doc and whether it is
+a config key, declared once), is defined beside the step that takes it
+(:mod:`vrgd_tf.gsnr.options`) and is importable from here. Every VRGD optimizer of both
+families (:mod:`vrgd_tf.optimizers`, :mod:`vrgd_tf.tf_keras`, :mod:`vrgd_tf.keras_jax`),
 :class:`vrgd_tf.GSNRAggregator` and the Model Garden configs
-(:mod:`vrgd_tf.model_garden.configs`) take the same settings, the fields of
-:class:`VRGDSettings`. What each of those places shows of them is derived from the fields:
+(:mod:`vrgd_tf.model_garden.configs`) take the same settings as keywords, and
+:func:`vrgd_tf.gsnr.variance_reduce` takes the record. What each of those places shows of them is derived from the fields:
 
 * the constructor signature of a VRGD class (:func:`signature_parameters`), its docstring and
   the aggregator's (:func:`args_doc`);
@@ -21,9 +24,9 @@ Spec: ``docs/spec.md`` sections 2 and 3.
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, List, Mapping, Tuple
 
-from vrgd_tf import gsnr, validation
+from vrgd_tf.gsnr.options import VRGDSettings
 
 __all__ = [
     "VRGDSettings",
@@ -36,130 +39,6 @@ __all__ = [
     "expose",
     "signature_parameters",
 ]
-
-
-def _check_split_half(split_half) -> bool:
-    """``split_half`` if it is a bool; TypeError naming it otherwise."""
-    if not isinstance(split_half, bool):
-        raise TypeError(f"`split_half` must be a bool; got {split_half!r}.")
-    return split_half
-
-
-#: The step's own defaults (:class:`vrgd_tf.gsnr.GSNROptions`): the settings the two records
-#: share take their defaults from it, so each default is written once.
-_STEP_DEFAULTS = gsnr.GSNROptions()
-
-
-def _setting(default, check: Callable[[Any], Any], doc: str, serialized: bool = True):
-    """A :class:`VRGDSettings` field: its default, its check (value -> normalised value,
-    raising ``TypeError``/``ValueError`` that names the argument), its doc paragraph (without
-    the default) and whether it is a config key."""
-    return dataclasses.field(
-        default=default, metadata={"check": check, "doc": doc, "serialized": serialized}
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class VRGDSettings:
-    """The VRGD settings (arXiv 2309.13681; spec ``docs/spec.md``), checked at construction.
-
-    Construction normalises each value (e.g. ``gamma`` to a Python float, one callable of
-    ``factor_transforms`` to a tuple) and raises ``TypeError``/``ValueError`` naming the
-    argument for a value outside its range. Attributes: see :func:`args_doc`.
-    """
-
-    gamma: float = _setting(
-        _STEP_DEFAULTS.gamma,
-        gsnr.validate_gamma,
-        "float in (0, 1], lower bound of the per-element factor (eq. 9). ``gamma=1`` with "
-        "``beta_3=0`` reproduces the base optimizer exactly.",
-    )
-    beta_3: float = _setting(
-        _STEP_DEFAULTS.beta_3,
-        gsnr.validate_beta_3,
-        "float in [0, 1), decay of the factor's momentum with bias correction (Section "
-        "4.2; *our reading*); 0 uses the raw per-step factor. The paper's VR-Adam and "
-        "VR-LAMB use 0.9, its VR-SGD and VR-LARS the raw factor.",
-    )
-    statistics_interval: int = _setting(
-        1,
-        functools.partial(validation.check_count, "statistics_interval"),
-        "int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``) are computed and "
-        "stored on the steps that bring the step count (``iterations``) to a multiple of "
-        "it (every step for 1, never for 0); other steps skip that work. Set it to the "
-        "summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``; with Model Garden a "
-        "divisor of ``trainer.steps_per_loop``).",
-    )
-    squares_dtype: str = _setting(
-        _STEP_DEFAULTS.squares_dtype,
-        gsnr.validate_squares_dtype,
-        '``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are all-reduced '
-        "in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per parameter, "
-        "and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1): "
-        "``docs/cost_model.md``.",
-    )
-    split_half: bool = _setting(
-        False,
-        _check_split_half,
-        "bool, also record per variable the split-half reliability of the GSNR "
-        "(``vrgd_statistics()`` fields ``reliability``, ``reliability_defined``...; headline "
-        "``vrgd/median/reliability``; ``docs/spec.md`` section 4): near 0 when the GSNR the "
-        "factor acts on is noise, near 1 when it is a stable property of the elements. It "
-        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups; with "
-        "fewer it stays undefined and the first step warns once) and "
-        "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
-        "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step, in "
-        "an all-reduce call of its own. It changes no gradient, factor or weight: outside XLA the "
-        "weights are those without it bit for bit; under XLA (``jit_compile=True``, TPU) "
-        "the step is another XLA program, whose fusions may round a variable's factor "
-        "differently in its last bits (within 1e-6 relative).",
-    )
-    factor_transforms: tuple = _setting(
-        _STEP_DEFAULTS.factor_transforms,
-        gsnr.validate_factor_transforms,
-        "sequence of callables ``fn(factor, context) -> factor`` applied in order to each "
-        "variable's flat float32 factor, after any smoothing and before it multiplies the "
-        "summed gradient, on the steps with a noise estimate (on the others they still run, "
-        "but the factor stays 1: the base step; research and custom rules; ``context`` is a "
-        ":class:`vrgd_tf.gsnr.FactorContext`; example: :class:`vrgd_tf.GSNRAggregator`). "
-        "Each must take two positional arguments (checked at construction) and return one "
-        "real value per element of the factor (checked when the step is traced: "
-        "``TypeError``/``ValueError`` naming it). "
-        "Not a config key (callables do not serialize; the first ``get_config`` warns): pass "
-        "them again on restore (``docs/guide.md``, saving).",
-        serialized=False,
-    )
-
-    def __post_init__(self):
-        for field in dataclasses.fields(self):
-            check = field.metadata["check"]
-            object.__setattr__(self, field.name, check(getattr(self, field.name)))
-        if self.split_half and self.statistics_interval == 0:
-            raise ValueError(
-                "`split_half=True` needs recording steps, but `statistics_interval` is 0 "
-                "(never record). Set `statistics_interval` >= 1 or `split_half=False`."
-            )
-
-    def replace(self, **changes) -> "VRGDSettings":
-        """A copy with ``changes`` (checked).
-
-        Raises:
-          TypeError: a name that is not a setting; or a value of the wrong type.
-          ValueError: a value outside its range.
-        """
-        unknown = sorted(set(changes) - set(NAMES))
-        if unknown:
-            raise TypeError(f"Unknown VRGD setting(s) {unknown}; the settings are {list(NAMES)}.")
-        return dataclasses.replace(self, **changes)
-
-    def get_config(self) -> Dict[str, Any]:
-        """``{key: value}`` of the serialized settings (:data:`CONFIG_KEYS`, in order)."""
-        return {key: getattr(self, key) for key in CONFIG_KEYS}
-
-    def pop_from(self, kwargs: Dict[str, Any]) -> "VRGDSettings":
-        """These settings updated by the setting names in ``kwargs``, which are removed from
-        it (a constructor's ``**kwargs``: what remains is the base's). Checked."""
-        return self.replace(**{name: kwargs.pop(name) for name in NAMES if name in kwargs})
 
 
 #: The defaults, as a :class:`VRGDSettings` (the aggregator's; see each class's

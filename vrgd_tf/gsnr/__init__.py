@@ -33,8 +33,9 @@ gradient's dtype (float64 gradients are also summed in float64, and ``u`` is the
 
 The step is a composition of small stages, each a module of this package:
 
-* ``options``: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
-  sparse_statistics), their checks and the noise thresholds;
+* ``options``: :class:`VRGDSettings`, the one settings record (gamma, beta_3,
+  statistics_interval, squares_dtype, split_half, factor_transforms, sparse_statistics,
+  pack_limit), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
   rows, sparse as dense; its sizes; its state index) and the blocks the stages work on
   (one entry, or the small dense ones packed into one buffer), built once per trace;
@@ -64,14 +65,13 @@ from vrgd_tf.gsnr.options import (
     PACK_LIMIT,
     SPARSE_STATISTICS,
     SQUARES_DTYPES,
-    GSNROptions,
+    VRGDSettings,
     noise_rtol,
     validate_beta_3,
     validate_factor_transforms,
     validate_gamma,
     validate_pack_limit,
     validate_sparse_statistics,
-    validate_split_half_stride,
     validate_squares_dtype,
 )
 
@@ -136,7 +136,6 @@ __all__ = [
     "SPLIT_HALF_FIELDS",
     "SQUARES_DTYPES",
     "FactorContext",
-    "GSNROptions",
     "GSNRStatistics",
     "GroupSquares",
     "ReducedGradients",
@@ -153,7 +152,6 @@ __all__ = [
     "validate_gamma",
     "validate_pack_limit",
     "validate_sparse_statistics",
-    "validate_split_half_stride",
     "validate_squares_dtype",
     "variance_reduce",
 ]

@@ -1,15 +1,18 @@
-"""The options of the GSNR step, their checks and the noise thresholds (spec sections 1-4).
+"""The VRGD settings, their checks and the noise thresholds (spec sections 1-4).
 
-:class:`GSNROptions` is the one record of what the step's math is told: built (and checked)
-once, by :class:`vrgd_tf.GSNRAggregator` at construction or by a direct call of
-:func:`vrgd_tf.gsnr.variance_reduce`.
+:class:`VRGDSettings` is the one record of everything a user can set on VRGD: each field's
+default, check, documentation and whether it is a config key are declared once, here. Every
+VRGD class of both families, :class:`vrgd_tf.GSNRAggregator` and the Model Garden configs
+take its fields as keywords, and :func:`vrgd_tf.gsnr.variance_reduce` takes the record
+itself. It imports no TensorFlow (the JAX family checks its settings with it);
+:mod:`vrgd_tf.settings` derives the signatures, docstrings and config fields from it.
 """
 
 import dataclasses
 import inspect
 import numbers
 import sys
-from typing import Callable, Mapping, Tuple
+from typing import Any, Callable, Dict
 
 import numpy as np
 
@@ -19,15 +22,8 @@ __all__ = [
     "PACK_LIMIT",
     "SQUARES_DTYPES",
     "SPARSE_STATISTICS",
-    "GSNROptions",
+    "VRGDSettings",
     "noise_rtol",
-    "validate_gamma",
-    "validate_beta_3",
-    "validate_squares_dtype",
-    "validate_factor_transforms",
-    "validate_sparse_statistics",
-    "validate_split_half_stride",
-    "validate_pack_limit",
 ]
 
 #: Relative threshold, per replica, below which the variance across replicas counts as zero:
@@ -210,25 +206,6 @@ def validate_sparse_statistics(sparse_statistics) -> str:
     return sparse_statistics
 
 
-def validate_split_half_stride(split_half_stride) -> int:
-    """Checks ``split_half_stride``, the subsample stride of the split-half reliability.
-
-    Args:
-      split_half_stride: int >= 0: 0, the reliability is not measured; ``s >= 1``, each
-        variable's fixed subsample of about one element in ``s`` (at least
-        ``min(size, 64)``) travels in an all-reduce call of its own, masked to half A
-        (``vrgd_tf.gsnr.halves``, ``docs/spec.md`` section 4).
-
-    Returns:
-      The stride as an int.
-
-    Raises:
-      TypeError: not an int (bools refused).
-      ValueError: negative.
-    """
-    return _non_negative_int(split_half_stride, "split_half_stride", "no split-half reliability")
-
-
 def _non_negative_int(value, name: str, zero: str) -> int:
     """``value`` as an int >= 0, or the TypeError (not an int; bools refused) or ValueError
     (negative) naming ``name`` and what 0 means (``zero``)."""
@@ -267,81 +244,164 @@ def noise_rtol(squares_dtype="float32") -> float:
     return NOISE_RTOL_BFLOAT16 if squares_dtype == "bfloat16" else NOISE_RTOL
 
 
+def _check_split_half(split_half) -> bool:
+    """``split_half`` if it is a bool; TypeError naming it otherwise."""
+    if not isinstance(split_half, bool):
+        raise TypeError(f"`split_half` must be a bool; got {split_half!r}.")
+    return split_half
+
+
+def _check_statistics_interval(statistics_interval) -> int:
+    return _non_negative_int(statistics_interval, "statistics_interval", "never record")
+
+
+def _setting(default, check: Callable[[Any], Any], doc: str, serialized: bool = True):
+    """A :class:`VRGDSettings` field: its default, its check (value -> normalised value,
+    raising ``TypeError``/``ValueError`` that names the argument), its doc paragraph (without
+    the default) and whether it is a config key."""
+    return dataclasses.field(
+        default=default, metadata={"check": check, "doc": doc, "serialized": serialized}
+    )
+
+
 @dataclasses.dataclass(frozen=True)
-class GSNROptions:
-    """What the GSNR step's math is told; checked when made (spec sections 1 to 4).
+class VRGDSettings:
+    """The VRGD settings (arXiv 2309.13681; spec ``docs/spec.md``), checked at construction.
 
-    Attributes:
-      gamma: float in (0, 1], the factor's lower bound (eq. 9). Default 0.1.
-      beta_3: float in [0, 1), the decay of the factor's momentum (Section 4.2, *our
-        reading*); 0 = the raw factor. Default 0.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares are all-reduced
-        in (``SQUARES_DTYPES``). Default ``"float32"``.
-      factor_transforms: tuple of callables ``fn(factor, context) -> factor``
-        (:class:`vrgd_tf.gsnr.FactorContext`), applied in order to each variable's factor
-        after any smoothing. Default none.
-      sparse_statistics: ``"rows"`` or ``"dense"`` (``SPARSE_STATISTICS``): the
-        statistics path of ``tf.IndexedSlices`` gradients. Default ``"rows"``.
-      split_half_stride: int >= 0, the subsample stride of the split-half reliability of
-        the GSNR (:func:`validate_split_half_stride`); 0 = not measured. Default 0 (the
-        aggregator sets its ``statistics_interval`` when ``split_half=True``).
-      pack_limit: int >= 0, dense gradients of at most this many elements share one
-        buffer in the step (:data:`vrgd_tf.gsnr.PACK_LIMIT`, the default): fewer
-        ops, the same step outputs and state bit for bit outside XLA, to float32
-        rounding under XLA (the base rule applied after them may round differently:
-        ``docs/spec.md`` section 1); 0 = every gradient on its own.
-
-    Raises:
-      TypeError, ValueError: a field outside its range (the message names it).
+    Construction normalises each value (e.g. ``gamma`` to a Python float, one callable of
+    ``factor_transforms`` to a tuple) and raises ``TypeError``/``ValueError`` naming the
+    argument for a value outside its range, once. The defaults are the aggregator's; a VRGD
+    class has its own ``default_settings`` (``beta_3`` 0.9 for the Adam-type classes).
+    Fields: see :func:`vrgd_tf.settings.args_doc`; every field but ``factor_transforms`` is
+    a config key (``get_config``, Model Garden).
     """
 
-    gamma: float = 0.1
-    beta_3: float = 0.0
-    squares_dtype: str = "float32"
-    factor_transforms: Tuple[Callable, ...] = ()
-    sparse_statistics: str = "rows"
-    split_half_stride: int = 0
-    pack_limit: int = PACK_LIMIT
+    gamma: float = _setting(
+        0.1,
+        validate_gamma,
+        "float in (0, 1], lower bound of the per-element factor (eq. 9). ``gamma=1`` with "
+        "``beta_3=0`` reproduces the base optimizer exactly.",
+    )
+    beta_3: float = _setting(
+        0.0,
+        validate_beta_3,
+        "float in [0, 1), decay of the factor's momentum with bias correction (Section "
+        "4.2; *our reading*); 0 uses the raw per-step factor. The paper's VR-Adam and "
+        "VR-LAMB use 0.9, its VR-SGD and VR-LARS the raw factor.",
+    )
+    statistics_interval: int = _setting(
+        1,
+        _check_statistics_interval,
+        "int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``) are computed and "
+        "stored on the steps that bring the step count (``iterations``) to a multiple of "
+        "it (every step for 1, never for 0); other steps skip that work. Set it to the "
+        "summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``; with Model Garden a "
+        "divisor of ``trainer.steps_per_loop``).",
+    )
+    squares_dtype: str = _setting(
+        "float32",
+        validate_squares_dtype,
+        '``"float32"`` or ``"bfloat16"``, the dtype the squared gradients are all-reduced '
+        "in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per parameter, "
+        "and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1): "
+        "``docs/cost_model.md``.",
+    )
+    split_half: bool = _setting(
+        False,
+        _check_split_half,
+        "bool, also record per variable the split-half reliability of the GSNR "
+        "(``vrgd_statistics()`` fields ``reliability``, ``reliability_defined``...; headline "
+        "``vrgd/median/reliability``; ``docs/spec.md`` section 4): near 0 when the GSNR the "
+        "factor acts on is noise, near 1 when it is a stable property of the elements. It "
+        "needs halves of >= 2 samples (4 replicas, or 2 with 2 micro-batch groups; with "
+        "fewer it stays undefined and the first step warns once) and "
+        "``statistics_interval >= 1``, and adds a fixed subsample (about one element in "
+        "``statistics_interval``, 64 to 4096 per variable: 8 bytes each) to each step, in "
+        "an all-reduce call of its own. It changes no gradient, factor or weight: outside XLA "
+        "the weights are those without it bit for bit; under XLA (``jit_compile=True``, TPU) "
+        "the step is another XLA program, whose fusions may round a variable's factor "
+        "differently in its last bits (within 1e-6 relative).",
+    )
+    factor_transforms: tuple = _setting(
+        (),
+        validate_factor_transforms,
+        "sequence of callables ``fn(factor, context) -> factor`` applied in order to each "
+        "variable's flat float32 factor, after any smoothing and before it multiplies the "
+        "summed gradient, on the steps with a noise estimate (on the others they still run, "
+        "but the factor stays 1: the base step; research and custom rules; ``context`` is a "
+        ":class:`vrgd_tf.gsnr.FactorContext`; example: ``docs/guide.md``). "
+        "Each must take two positional arguments (checked at construction) and return one "
+        "real value per element of the factor (checked when the step is traced: "
+        "``TypeError``/``ValueError`` naming it). "
+        "Not a config key (callables do not serialize; the first ``get_config`` warns): pass "
+        "them again on restore (``docs/guide.md``, saving).",
+        serialized=False,
+    )
+    sparse_statistics: str = _setting(
+        "rows",
+        validate_sparse_statistics,
+        '``"rows"`` or ``"dense"``, the statistics path of ``tf.IndexedSlices`` gradients '
+        '(spec section 4): ``"rows"`` takes exact statistics on the rows some replica '
+        "touched, with one all-gather and nothing of the variable's dense shape (where the "
+        "indices have a static length, the values are not float64 and no micro-batch squares "
+        'are handed over; otherwise the dense form); ``"dense"`` always the statistics of the '
+        "dense form, all-reduced with the dense gradients (the same numbers, to float "
+        "rounding; for comparisons and benchmarks). TensorFlow only.",
+    )
+    pack_limit: int = _setting(
+        PACK_LIMIT,
+        validate_pack_limit,
+        "int >= 0: the dense gradients of at most this many elements are computed on as one "
+        "buffer after the all-reduce (fewer ops per step for many small variables; the "
+        "step's outputs and state the same bit for bit outside XLA, to float32 rounding "
+        "under XLA: ``docs/spec.md`` section 1); 0 packs none (for comparisons and "
+        "benchmarks). TensorFlow only.",
+    )
 
     def __post_init__(self):
-        checked = {
-            "gamma": validate_gamma(self.gamma),
-            "beta_3": validate_beta_3(self.beta_3),
-            "squares_dtype": validate_squares_dtype(self.squares_dtype),
-            "factor_transforms": validate_factor_transforms(self.factor_transforms),
-            "sparse_statistics": validate_sparse_statistics(self.sparse_statistics),
-            "split_half_stride": validate_split_half_stride(self.split_half_stride),
-            "pack_limit": validate_pack_limit(self.pack_limit),
-        }
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
+        for field in dataclasses.fields(self):
+            check = field.metadata["check"]
+            object.__setattr__(self, field.name, check(getattr(self, field.name)))
+        if self.split_half and self.statistics_interval == 0:
+            raise ValueError(
+                "`split_half=True` needs recording steps, but `statistics_interval` is 0 "
+                "(never record). Set `statistics_interval` >= 1 or `split_half=False`."
+            )
 
     @property
     def rtol(self) -> float:
         """The noise threshold of the all-reduced squares, :func:`noise_rtol`."""
         return noise_rtol(self.squares_dtype)
 
-    @classmethod
-    def from_keywords(cls, keywords: Mapping) -> "GSNROptions":
-        """``GSNROptions(**keywords)``, or ``keywords["options"]`` if that is all there is.
+    @property
+    def split_half_stride(self) -> int:
+        """The split-half subsample's stride: ``statistics_interval`` with ``split_half``,
+        else 0 (not measured; ``vrgd_tf.gsnr.halves``)."""
+        return self.statistics_interval if self.split_half else 0
+
+    def replace(self, **changes) -> "VRGDSettings":
+        """A copy with ``changes`` (checked).
 
         Raises:
-          TypeError: an unknown keyword (named), or ``options`` that is not a
-            :class:`GSNROptions` or comes with other keywords.
+          TypeError: a name that is not a setting; or a value of the wrong type.
+          ValueError: a value outside its range.
         """
-        keywords = dict(keywords)
-        if "options" in keywords:
-            options = keywords.pop("options")
-            if keywords or not isinstance(options, cls):
-                raise TypeError(
-                    "`options` must be a vrgd_tf.gsnr.GSNROptions and come alone; got "
-                    f"{options!r} with {sorted(keywords)}."
-                )
-            return options
-        unknown = sorted(set(keywords) - {f.name for f in dataclasses.fields(cls)})
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
         if unknown:
-            raise TypeError(
-                f"Unknown GSNR option(s) {', '.join(repr(u) for u in unknown)}; the options "
-                f"are {', '.join(f.name for f in dataclasses.fields(cls))}."
-            )
-        return cls(**keywords)
+            raise TypeError(f"Unknown VRGD setting(s) {unknown}; the settings are {names}.")
+        return dataclasses.replace(self, **changes)
+
+    def get_config(self) -> Dict[str, Any]:
+        """``{key: value}`` of the serialized settings (the config keys, in order)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata["serialized"]
+        }
+
+    def pop_from(self, kwargs: Dict[str, Any]) -> "VRGDSettings":
+        """These settings updated by the setting names in ``kwargs``, which are removed from
+        it (a constructor's ``**kwargs``: what remains is the base's). Checked."""
+        names = [f.name for f in dataclasses.fields(self)]
+        return self.replace(**{name: kwargs.pop(name) for name in names if name in kwargs})

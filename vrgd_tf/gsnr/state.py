@@ -6,15 +6,15 @@ on a predicate the step computes (finite sums, a GSNR this step, a recording ste
 else of the step touches a variable.
 """
 
-from typing import Callable, List, NamedTuple, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
 
 from vrgd_tf import naming
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import packing
-from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF
-from vrgd_tf.gsnr.statistics import NUM_STATISTICS
+from vrgd_tf.gsnr.halves import NUM_SPLIT_HALF, SPLIT_HALF_FIELDS
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS, STATISTICS_FIELDS, has_gsnr
 
 __all__ = [
     "VRGDState",
@@ -105,6 +105,23 @@ class VRGDState:
     def index(self, variable) -> int:
         """Position of ``variable`` in the lists of state; KeyError if unknown."""
         return self._index[self._var_key(variable)]
+
+    def rows(self, split_half: bool) -> Dict[str, Dict]:
+        """The recorded diagnostics, ``{display name: row}`` (first replica's copies): the
+        floats of ``STATISTICS_FIELDS``, ``has_gsnr`` and, if ``split_half``, the
+        ``SPLIT_HALF_FIELDS`` (``reliability_pairs`` an int, ``reliability_defined`` a
+        bool). Names: :func:`vrgd_tf.naming.display_names`."""
+        out = {}
+        names = naming.display_names(self.variable_names)
+        for name, var, half in zip(names, self.statistics, self.split_half):
+            row = dict(zip(STATISTICS_FIELDS, (float(x) for x in var.numpy())))
+            row["has_gsnr"] = has_gsnr(row)
+            if split_half:
+                row.update(zip(SPLIT_HALF_FIELDS, (float(x) for x in half.numpy())))
+                row["reliability_pairs"] = int(row["reliability_pairs"])
+                row["reliability_defined"] = row["reliability_defined"] > 0.0
+            out[name] = row
+        return out
 
 
 class Previous(NamedTuple):

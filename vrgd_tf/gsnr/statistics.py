@@ -25,6 +25,7 @@ __all__ = [
     "statistics",
     "gsnr_factor",
     "gsnr_factors_flat",
+    "has_gsnr",
 ]
 
 #: Names of the diagnostics kept per variable, in storage order: the fields of
@@ -258,3 +259,16 @@ def gsnr_factor(
         tf.reshape(s1, [-1]), tf.reshape(s2, [-1]), [size], num_replicas, gamma
     )
     return tf.reshape(factor, tf.shape(s1)), GSNRStatistics(*tf.unstack(stats[0]))
+
+
+def has_gsnr(row) -> bool:
+    """Whether a recorded row of diagnostics (``row``: a mapping with ``"mean_factor"``,
+    one row of ``vrgd_statistics()``) belongs to a variable that has a GSNR.
+
+    A recording step writes a ``mean_factor`` in ``[gamma, 1]`` for every variable with an
+    element whose gradient reached the step; a variable no step measured keeps its row of
+    zeros (a gradient always None, or Keras' ``overwrite_with_gradient`` variables), and
+    one of no element records 0. So the saved five numbers tell it (``docs/spec.md``
+    section 4). Returns ``row["mean_factor"] > 0``.
+    """
+    return bool(row["mean_factor"] > 0.0)

@@ -18,7 +18,7 @@ from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
 from vrgd_tf.gsnr import state as state_lib
-from vrgd_tf.gsnr.options import NOISE_RTOL, GSNROptions
+from vrgd_tf.gsnr.options import NOISE_RTOL, VRGDSettings
 from vrgd_tf.gsnr.samples import GroupSquares
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS, statistics
 
@@ -83,21 +83,25 @@ class ReducedGradients(list):
         self.report = report
 
 
-def _group_squares(squares, keywords) -> GroupSquares:
-    """The step's :class:`GroupSquares`: ``squares``, or the one the alias keywords
-    ``sq_sums=`` / ``num_groups=`` give (popped from ``keywords``); ``GroupSquares(None, 1)``
-    without either."""
-    alias = {k: keywords.pop(k) for k in ("sq_sums", "num_groups") if k in keywords}
-    if squares is not None and alias:
-        raise TypeError(
-            "variance_reduce: pass `squares=GroupSquares(sq_sums, num_groups)` or its alias "
-            f"keywords `sq_sums=`, `num_groups=`, not both; got `squares` and {sorted(alias)}."
-        )
+def _group_squares(squares) -> GroupSquares:
+    """The step's :class:`GroupSquares`: ``squares``, or ``GroupSquares(None, 1)``."""
     if squares is None:
-        return GroupSquares(alias.get("sq_sums"), alias.get("num_groups", 1))
+        return GroupSquares(None, 1)
     if not isinstance(squares, GroupSquares):
         raise TypeError(f"`squares` must be a vrgd_tf.gsnr.GroupSquares or None; got {squares!r}.")
     return squares
+
+
+def _settings(settings) -> VRGDSettings:
+    """``settings``, or the defaults for None; TypeError for another type."""
+    if settings is None:
+        return VRGDSettings()
+    if not isinstance(settings, VRGDSettings):
+        raise TypeError(
+            "`settings` must be a vrgd_tf.settings.VRGDSettings (e.g. "
+            f"`VRGDSettings(gamma=0.1)`); got {settings!r}."
+        )
+    return settings
 
 
 def _checked_context(grads, variables, squares, replica_context):
@@ -178,15 +182,15 @@ def _pieces(block):
     return block.sizes if block.packed else None
 
 
-def _factors(layout, summed, options) -> List[factors_lib.Factor]:
+def _factors(layout, summed, settings) -> List[factors_lib.Factor]:
     """Per block, the raw factor; none is defined on a step without a GSNR (threshold Inf).
     The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
     k, active = tf.maximum(summed.count, 1.0), summed.count >= 2.0
     out = []
     for b, s1, s2 in zip(layout.blocks, summed.s1, summed.s2):
-        rtol = NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else options.rtol
+        rtol = NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else settings.rtol
         threshold = tf.where(active, rtol * k, _INF)
-        out.append(factors_lib.factor(s1, s2, k, options.gamma, threshold, _pieces(b)))
+        out.append(factors_lib.factor(s1, s2, k, settings.gamma, threshold, _pieces(b)))
     return out
 
 
@@ -206,14 +210,14 @@ def _measured(report) -> tf.Tensor:
     return tf.logical_and(report.active, tf.logical_not(report.inert))
 
 
-def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
+def _smoothed(layout, state, summed, raw, report, settings) -> _Factors:
     """The factors after the momentum (``beta_3 > 0``), else the raw factors. A step
     without a noise estimate (fewer than 2 samples, or no element of any variable with a
     defined GSNR: ``report.inert``) applies factor 1 and leaves the state as it is (spec
     section 2: the base step); the state is committed on a finite step with a GSNR."""
-    if options.beta_3 == 0.0:
+    if settings.beta_3 == 0.0:
         return _Factors(raw, [f.factor for f in raw], None)
-    beta_3, gamma = options.beta_3, options.gamma
+    beta_3, gamma = settings.beta_3, settings.gamma
     previous = state_lib.read(layout, state, summed.rows)
     measured = _measured(report)
     corrections = [  # c_t = Inf: p_hat = 1 exactly (also for a sparse entry's untouched rows)
@@ -230,12 +234,12 @@ def _smoothed(layout, state, summed, raw, report, options) -> _Factors:
     return _Factors(raw, applied, corrections)
 
 
-def _transformed(layout, summed, factors, report, variables, options, step) -> _Factors:
-    """The factors with ``applied`` after ``options.factor_transforms``
+def _transformed(layout, summed, factors, report, variables, settings, step) -> _Factors:
+    """The factors with ``applied`` after ``settings.factor_transforms``
     (:class:`FactorContext`), called variable by variable in the order of the gradients;
     on a step without a noise estimate the factor stays 1 (the base step, as on one
     replica, where the transforms are not called)."""
-    if not options.factor_transforms:
+    if not settings.factor_transforms:
         return factors
     pieces = {}  # position -> (factor, S1, S2) of the variable
     for b, a, s1, s2 in zip(layout.blocks, factors.applied, summed.s1, summed.s2):
@@ -247,7 +251,7 @@ def _transformed(layout, summed, factors, report, variables, options, step) -> _
         context = factors_lib.FactorContext(
             e.position, variables[e.position], s1, s2, layout.num_samples, step
         )
-        out[e.position] = factors_lib.transform(options.factor_transforms, a, context)
+        out[e.position] = factors_lib.transform(settings.factor_transforms, a, context)
     measured = _measured(report)
     applied = [
         tf.where(measured, packing.concat([out[e.position] for e in b.entries]), a)
@@ -256,9 +260,9 @@ def _transformed(layout, summed, factors, report, variables, options, step) -> _
     return factors._replace(applied=applied)
 
 
-def _with_transforms_finite(report, factors, options) -> StepReport:
+def _with_transforms_finite(report, factors, settings) -> StepReport:
     """``report`` with ``transforms_finite`` of the transformed factors (with transforms)."""
-    if not options.factor_transforms:
+    if not settings.factor_transforms:
         return report
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(a)) for a in factors.applied])
     return report._replace(transforms_finite=finite)
@@ -303,7 +307,7 @@ def _split_half_rows(layout, summed, plan, report, rtol) -> tf.Tensor:
     return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
 
 
-def _record(layout, state, summed, plan, factors, report, record, options) -> None:
+def _record(layout, state, summed, plan, factors, report, record, settings) -> None:
     """Records the diagnostics and the split-half reliability on a recording step
     (``record``: Python bool or scalar bool tensor) with finite sums; each row is computed
     inside its branch."""
@@ -311,9 +315,9 @@ def _record(layout, state, summed, plan, factors, report, record, options) -> No
         return
     predicate = report.finite if record is True else tf.logical_and(record, report.finite)
     indices = [e.state_index for e in layout.entries]
-    rows = lambda: _statistics_rows(layout, state, summed, factors, report, options.gamma)  # noqa: E731
+    rows = lambda: _statistics_rows(layout, state, summed, factors, report, settings.gamma)  # noqa: E731
     state_lib.record(state, indices, rows, predicate)
-    halves_rows = lambda: _split_half_rows(layout, summed, plan, report, options.rtol)  # noqa: E731
+    halves_rows = lambda: _split_half_rows(layout, summed, plan, report, settings.rtol)  # noqa: E731
     state_lib.record(state, indices, halves_rows, predicate, kind="split_half")
 
 
@@ -348,7 +352,7 @@ def variance_reduce(
     record_statistics=True,
     step=None,
     squares: Optional[GroupSquares] = None,
-    **options,
+    settings: Optional[VRGDSettings] = None,
 ) -> ReducedGradients:
     """All-reduces gradients with their squares and returns the variance-reduced gradients.
 
@@ -403,12 +407,11 @@ def variance_reduce(
         gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse gradient, the
         squares of each group's dense form), required when ``num_groups > 1``; and
         ``num_groups``, Python int >= 1, the number ``m`` of groups per replica.
-      **options: the fields of :class:`vrgd_tf.gsnr.GSNROptions` as keywords (``gamma``,
-        ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``,
-        ``split_half_stride``, ``pack_limit``), or ``options=`` one ``GSNROptions``. Also accepted, as
-        aliases of ``squares=GroupSquares(sq_sums, num_groups)`` (the keywords of the
-        first release; not together with ``squares``): ``sq_sums=`` (default None) and
-        ``num_groups=`` (default 1).
+      settings: the :class:`vrgd_tf.settings.VRGDSettings` (``gamma``, ``beta_3``,
+        ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``, ``pack_limit``;
+        ``split_half`` with ``statistics_interval`` set the split-half subsample's
+        stride). Default ``VRGDSettings()``. Which steps record is the caller's
+        (``record_statistics``).
 
     Returns:
       :class:`ReducedGradients`: a list of ``n`` tensors, each of its gradient's dtype and
@@ -422,13 +425,13 @@ def variance_reduce(
 
     Raises:
       RuntimeError: called in a cross-replica context.
-      TypeError, ValueError: an option outside its range, a gradient without a static
-        shape, ``squares`` not a :class:`GroupSquares` or given with its aliases,
+      TypeError, ValueError: ``settings`` not a ``VRGDSettings``, a gradient without a
+        static shape, ``squares`` not a :class:`GroupSquares`,
         ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not matching
         ``grads``.
     """
-    squares = _group_squares(squares, options)
-    options = GSNROptions.from_keywords(options)
+    squares = _group_squares(squares)
+    settings = _settings(settings)
     grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
     variables = list(variables)
     ctx = _checked_context(grads, variables, squares, replica_context)
@@ -442,17 +445,17 @@ def variance_reduce(
         num_replicas=ctx.num_replicas_in_sync,
         num_groups=squares.num_groups,
         squares_given=squares.sq_sums is not None,
-        sparse_statistics=options.sparse_statistics,
-        pack_limit=options.pack_limit,
+        sparse_statistics=settings.sparse_statistics,
+        pack_limit=settings.pack_limit,
     )
-    plan = halves.plan(layout, options.split_half_stride)
+    plan = halves.plan(layout, settings.split_half_stride)
     local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares.sq_sums), ctx)
-    reduced = collectives.all_reduce_samples(local, ctx, options.squares_dtype)
+    reduced = collectives.all_reduce_samples(local, ctx, settings.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
-    raw = _factors(layout, summed, options)
+    raw = _factors(layout, summed, settings)
     report = _report(layout, summed, raw, plan)
-    factors = _smoothed(layout, state, summed, raw, report, options)
-    factors = _transformed(layout, summed, factors, report, variables, options, step)
-    report = _with_transforms_finite(report, factors, options)
-    _record(layout, state, summed, plan, factors, report, record_statistics, options)
+    factors = _smoothed(layout, state, summed, raw, report, settings)
+    factors = _transformed(layout, summed, factors, report, variables, settings, step)
+    report = _with_transforms_finite(report, factors, settings)
+    _record(layout, state, summed, plan, factors, report, record_statistics, settings)
     return ReducedGradients(_outputs(layout, summed, factors.applied), report)
