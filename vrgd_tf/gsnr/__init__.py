@@ -65,7 +65,7 @@ from vrgd_tf.gsnr.options import (
     PACK_LIMIT,
     SPARSE_STATISTICS,
     SQUARES_DTYPES,
-    VRGDSettings,
+    VRGDSettings as VRGDSettings,  # the step's record; documented in vrgd_tf.settings
     noise_rtol,
     validate_beta_3,
     validate_factor_transforms,
