@@ -303,13 +303,13 @@ class GSNRAggregator(tf.Module):
           ``{variable name: {field: value}}``, empty before :meth:`build`: the floats of
           :data:`vrgd_tf.gsnr.STATISTICS_FIELDS` (``mean_gsnr``, ``frac_at_gamma``,
           ``frac_at_one``, ``mean_factor``, ``norm_ratio``), ``has_gsnr`` (bool,
-          :func:`has_gsnr`) and, with ``split_half=True``, those of
+          :func:`vrgd_tf.aggregator.has_gsnr`) and, with ``split_half=True``, those of
           :data:`vrgd_tf.gsnr.SPLIT_HALF_FIELDS` (``reliability`` and
           ``reliability_correlation`` floats in [-1, 1], placeholders 0.0 where
           ``reliability_defined`` is False; ``reliability_pairs`` int). Values of the last
           recording step (``statistics_interval``) with finite gradients, zeros before.
           Meanings: ``docs/spec.md`` section 4. Names are the variables' paths without the
-          scopes all share (:func:`vrgd_tf.naming.display_names`), stable across save and load.
+          scopes all share (``vrgd_tf.naming.display_names``), stable across save and load.
 
         Logs the inert-step warning if the recorded step had no defined GSNR in any variable.
         """

@@ -2,8 +2,8 @@
 
 The record, :class:`VRGDSettings` (each field's name, default, check, doc and whether it is
 a config key, declared once), is defined beside the step that takes it
-(:mod:`vrgd_tf.gsnr.options`) and is importable from here. Every VRGD optimizer of both
-families (:mod:`vrgd_tf.optimizers`, :mod:`vrgd_tf.tf_keras`, :mod:`vrgd_tf.keras_jax`),
+(``vrgd_tf.gsnr.options``) and is importable from here. Every VRGD optimizer of both
+families (:mod:`vrgd_tf.optimizers`, :mod:`vrgd_tf.tf_keras`, ``vrgd_tf.keras_jax``),
 :class:`vrgd_tf.GSNRAggregator` and the Model Garden configs
 (:mod:`vrgd_tf.model_garden.configs`) take the same settings as keywords, and
 :func:`vrgd_tf.gsnr.variance_reduce` takes the record. What each of those places shows of them is derived from the fields:

@@ -33,7 +33,7 @@ gradient's dtype (float64 gradients are also summed in float64, and ``u`` is the
 
 The step is a composition of small stages, each a module of this package:
 
-* ``options``: :class:`VRGDSettings`, the one settings record (gamma, beta_3,
+* ``options``: :class:`vrgd_tf.settings.VRGDSettings`, the one settings record (gamma, beta_3,
   statistics_interval, squares_dtype, split_half, factor_transforms, sparse_statistics,
   pack_limit), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
@@ -65,7 +65,6 @@ from vrgd_tf.gsnr.options import (
     PACK_LIMIT,
     SPARSE_STATISTICS,
     SQUARES_DTYPES,
-    VRGDSettings as VRGDSettings,  # the step's record; documented in vrgd_tf.settings
     noise_rtol,
     validate_beta_3,
     validate_factor_transforms,
@@ -73,6 +72,9 @@ from vrgd_tf.gsnr.options import (
     validate_pack_limit,
     validate_sparse_statistics,
     validate_squares_dtype,
+)
+from vrgd_tf.gsnr.options import (
+    VRGDSettings as VRGDSettings,  # the step's record; documented in vrgd_tf.settings
 )
 
 #: The names of the TensorFlow stages, each with the stage (module) that defines it.

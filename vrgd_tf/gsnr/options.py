@@ -351,10 +351,10 @@ class VRGDSettings:
     pack_limit: int = _setting(
         PACK_LIMIT,
         validate_pack_limit,
-        "int >= 0: the dense gradients of at most this many elements are computed on as one "
-        "buffer after the all-reduce (fewer ops per step for many small variables; the "
-        "step's outputs and state the same bit for bit outside XLA, to float32 rounding "
-        "under XLA: ``docs/spec.md`` section 1); 0 packs none (for comparisons and "
+        "int >= 0, the largest gradient (in elements) computed on together with the other "
+        "small dense ones, as one buffer after the all-reduce. Fewer ops per step for many "
+        "small variables; the step's outputs and state the same bit for bit outside XLA, to "
+        "float32 rounding under XLA (``docs/spec.md`` section 1); 0 packs none (for comparisons and "
         "benchmarks). TensorFlow only.",
     )
 
@@ -370,12 +370,12 @@ class VRGDSettings:
 
     @property
     def rtol(self) -> float:
-        """The noise threshold of the all-reduced squares, :func:`noise_rtol`."""
+        """The noise threshold of the all-reduced squares (``noise_rtol(squares_dtype)``)."""
         return noise_rtol(self.squares_dtype)
 
     @property
     def split_half_stride(self) -> int:
-        """The split-half subsample's stride: ``statistics_interval`` with ``split_half``,
+        """The split-half subsample's stride, ``statistics_interval`` with ``split_half``,
         else 0 (not measured; ``vrgd_tf.gsnr.halves``)."""
         return self.statistics_interval if self.split_half else 0
 

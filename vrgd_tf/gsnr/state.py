@@ -110,7 +110,7 @@ class VRGDState:
         """The recorded diagnostics, ``{display name: row}`` (first replica's copies): the
         floats of ``STATISTICS_FIELDS``, ``has_gsnr`` and, if ``split_half``, the
         ``SPLIT_HALF_FIELDS`` (``reliability_pairs`` an int, ``reliability_defined`` a
-        bool). Names: :func:`vrgd_tf.naming.display_names`."""
+        bool). Names: ``vrgd_tf.naming.display_names``."""
         out = {}
         names = naming.display_names(self.variable_names)
         for name, var, half in zip(names, self.statistics, self.split_half):
