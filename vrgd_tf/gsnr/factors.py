@@ -100,6 +100,34 @@ class FactorContext(NamedTuple):
       summed_squares: float32 ``[size]``, ``S2`` (the sum of the samples' squares) there.
       num_samples: int, ``k``, the GSNR samples of the step (replicas x groups).
       step: None or a scalar int tensor, the steps completed before this one.
+
+    Example: a transform that makes the factor one number per variable, the update norm
+    ratio ``||f * S1|| / ||S1||``. Two replicas send ``[1, 1]`` and ``[3, -0.5]``: VRGD's
+    factor is ``[1, 0.1]`` on ``S1 = [4, 0.5]``, so the ratio is
+    ``||[4, 0.05]|| / ||[4, 0.5]|| = 0.99236``, and the shares' sum is ``0.99236 * S1``:
+
+    >>> import tensorflow as tf
+    >>> import vrgd_tf
+    >>> from vrgd_tf import devices
+    >>> def scalar(factor, context):
+    ...     s1 = context.summed
+    ...     ratio = tf.math.divide_no_nan(tf.norm(factor * s1), tf.norm(s1))
+    ...     ratio = tf.where(tf.norm(s1) > 0, ratio, 1.0)
+    ...     return tf.fill(tf.shape(factor), ratio)
+    >>> strategy = devices.cpu_strategy(2)
+    >>> with strategy.scope():
+    ...     w = tf.Variable([0.0, 0.0], name="w")
+    ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, factor_transforms=[scalar])
+    ...     aggregator.build([w])
+    >>> @tf.function
+    ... def summed_gradient(inputs):
+    ...     shares = strategy.run(lambda x: aggregator([x], [w])[0], args=(inputs,))
+    ...     return strategy.reduce("SUM", shares, axis=None)  # the shares' sum
+    >>> inputs = strategy.experimental_distribute_values_from_function(
+    ...     lambda ctx: tf.constant([[1.0, 1.0], [3.0, -0.5]])[ctx.replica_id_in_sync_group]
+    ... )
+    >>> print(summed_gradient(inputs).numpy())
+    [3.9694214  0.49617767]
     """
 
     index: int

@@ -329,7 +329,7 @@ class VRGDSettings:
         "variable's flat float32 factor, after any smoothing and before it multiplies the "
         "summed gradient, on the steps with a noise estimate (on the others they still run, "
         "but the factor stays 1: the base step; research and custom rules; ``context`` is a "
-        ":class:`vrgd_tf.gsnr.FactorContext`; example: ``docs/guide.md``). "
+        ":class:`vrgd_tf.gsnr.FactorContext`, whose docstring has an example). "
         "Each must take two positional arguments (checked at construction) and return one "
         "real value per element of the factor (checked when the step is traced: "
         "``TypeError``/``ValueError`` naming it). "
