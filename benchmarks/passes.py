@@ -26,7 +26,7 @@ Examples:
   python3 benchmarks/passes.py                 # about 5 minutes
   python3 benchmarks/passes.py --cpu_time      # one thread, CPU time: stable under load
   python3 benchmarks/passes.py --quick         # seconds: small shapes, a smoke run
-  PYTHONPATH=/tmp/before python benchmarks/passes.py --out /tmp/passes_before.json
+  PYTHONPATH=/tmp/before python3 benchmarks/passes.py --out /tmp/passes_before.json
 """
 
 import argparse

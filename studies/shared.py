@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import tempfile
@@ -232,10 +233,36 @@ def read_json(path):
 
 def load_json(path):
     """The JSON at ``path``, or None if ``path`` is empty or there is no such file (a results
-    file not made yet: the reports render what exists)."""
+    file not made yet: the reports render what exists). Its recorded commands read as the
+    docs write commands (:func:`shown_commands`)."""
     if path and os.path.exists(path):
-        return read_json(path)
+        return shown_commands(read_json(path))
     return None
+
+
+#: ``python`` as a command's interpreter (not ``python3``, not part of a path or a word).
+_PYTHON = re.compile(r"(?<![\w/.=-])python(?= )")
+
+
+def shown_commands(record):
+    """``record`` (a results file's JSON) with every recorded command (a string under a
+    ``"command"`` key, or in an ``"earlier_commands"`` list, at any depth) written with
+    ``python3``, as the docs write commands: records made before :func:`command_line` said
+    ``python3`` say ``python`` (the same interpreter)."""
+    if isinstance(record, list):
+        return [shown_commands(x) for x in record]
+    if not isinstance(record, dict):
+        return record
+    out = {}
+    for key, value in record.items():
+        if key == "command" and isinstance(value, str):
+            value = _PYTHON.sub("python3", value)
+        elif key == "earlier_commands" and isinstance(value, list):
+            value = [_PYTHON.sub("python3", c) if isinstance(c, str) else c for c in value]
+        else:
+            value = shown_commands(value)
+        out[key] = value
+    return out
 
 
 def load_result(results_dir, stem, quick):
@@ -281,9 +308,10 @@ def environment(*dists):
 
 
 def command_line():
-    """The command that is running, the script relative to the repository root."""
+    """The command that is running, the script relative to the repository root, as the
+    docs write commands (``python3 <script> <args>``)."""
     argv = list(sys.argv)
-    return " ".join(["python", os.path.relpath(os.path.abspath(argv[0]), REPO)] + argv[1:])
+    return " ".join(["python3", os.path.relpath(os.path.abspath(argv[0]), REPO)] + argv[1:])
 
 
 def load_average(env):

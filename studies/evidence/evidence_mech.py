@@ -1,5 +1,5 @@
 """Mechanistic checks (a)-(d) of the Fashion-MNIST evidence protocol (studies/evidence/ROUND2_PROTOCOL.md),
-run by ``python studies/evidence/round2.py --phases=mechanistic`` (minutes, one process).
+run by ``python3 studies/evidence/round2.py --phases=mechanistic`` (minutes, one process).
 
 (a) Null calibration: the factor statistics (vrgd_tf.gsnr, the library's own math) for pure
     noise, replica gradients i.i.d. N(0, 1) (true GSNR 0), at k = 8 (and 32): the values a

@@ -25,8 +25,8 @@ accuracy/loss, training accuracy/loss on a fixed 10k subset of the training spli
 diagnostics of the last step; at the end the full training split and the test set.
 
 Examples:
-  python studies/evidence/round2.py --phases=mechanistic
-  nohup python studies/evidence/round2.py --phases=tune,final,controls,paper \
+  python3 studies/evidence/round2.py --phases=mechanistic
+  nohup python3 studies/evidence/round2.py --phases=tune,final,controls,paper \
       --budget_minutes=600 > /tmp/evidence.log 2>&1 &
 """
 

@@ -2,6 +2,10 @@
 (``studylib`` and ``benchmarks/harness.py`` name its objects, they do not copy them), and the
 sweeps' training run (``sweeplib.train_run`` over ``studylib.Trainer``) restarts a seed exactly."""
 
+import os
+import sys
+from unittest import mock
+
 import numpy as np
 import shared
 import studylib
@@ -42,6 +46,32 @@ class SharedNamesTest(tf.test.TestCase):
         self.assertEqual(shared.load_average({"loadavg_at_start": [1.0]}), [1.0])
         self.assertEqual(shared.load_average({"loadavg": [2.0]}), [2.0])
         self.assertIsNone(shared.load_average(None))
+
+    def test_command_line_says_python3(self):
+        """The recorded command, rendered into the docs, is written as the docs write
+        commands: ``python3`` (issue 36, new user: the docs mixed ``python`` and ``python3``)."""
+        with mock.patch.object(sys, "argv", [os.path.join(shared.REPO, "a", "b.py"), "--x=1"]):
+            self.assertEqual(shared.command_line(), "python3 a/b.py --x=1")
+
+    def test_recorded_commands_are_shown_with_python3(self):
+        """Records made before say ``python``; the reports load them as ``python3``."""
+        record = {
+            "command": "PYTHONPATH=/tmp/x python benchmarks/a.py --python=1",
+            "earlier_commands": ["python b.py", "python3 c.py"],
+            "history": [{"command": "python d.py", "note": "python e.py"}],
+            "environment": {"python": "3.11.7"},
+        }
+        path = os.path.join(self.get_temp_dir(), "r.json")
+        shared.write_json(path, record)
+        self.assertEqual(
+            shared.load_json(path),
+            {
+                "command": "PYTHONPATH=/tmp/x python3 benchmarks/a.py --python=1",
+                "earlier_commands": ["python3 b.py", "python3 c.py"],
+                "history": [{"command": "python3 d.py", "note": "python e.py"}],
+                "environment": {"python": "3.11.7"},
+            },
+        )
 
     def test_the_four_pairs_and_an_unknown_one(self):
         import keras

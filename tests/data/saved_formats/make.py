@@ -4,7 +4,7 @@ Run once with the library of the commit the fixtures stand for, e.g. 79c5f2b (be
 GSNR step became the ``vrgd_tf/gsnr/`` package)::
 
     git worktree add /tmp/before 79c5f2b
-    PYTHONPATH=/tmp/before python tests/data/saved_formats/make.py
+    PYTHONPATH=/tmp/before python3 tests/data/saved_formats/make.py
 
 In a process split into 8 logical CPUs (as ``tests/conftest.py``), on 2 replicas
 (``MirroredStrategy``, ``ReductionToOneDevice``), with ``beta_3 = 0.9`` (the deficit and
