@@ -17,6 +17,7 @@ import tensorflow as tf
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import options as options_lib
 from vrgd_tf.gsnr import packing
+from vrgd_tf.gsnr.fields import STATISTICS_FIELDS, has_gsnr
 
 __all__ = [
     "STATISTICS_FIELDS",
@@ -27,10 +28,6 @@ __all__ = [
     "gsnr_factors_flat",
     "has_gsnr",
 ]
-
-#: Names of the diagnostics kept per variable, in storage order: the fields of
-#: :class:`GSNRStatistics`. The one definition every reader of the diagnostics uses.
-STATISTICS_FIELDS = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor", "norm_ratio")
 
 #: Number of diagnostics kept per variable.
 NUM_STATISTICS = len(STATISTICS_FIELDS)
@@ -259,16 +256,3 @@ def gsnr_factor(
         tf.reshape(s1, [-1]), tf.reshape(s2, [-1]), [size], num_replicas, gamma
     )
     return tf.reshape(factor, tf.shape(s1)), GSNRStatistics(*tf.unstack(stats[0]))
-
-
-def has_gsnr(row) -> bool:
-    """Whether a recorded row of diagnostics (``row``: a mapping with ``"mean_factor"``,
-    one row of ``vrgd_statistics()``) belongs to a variable that has a GSNR.
-
-    A recording step writes a ``mean_factor`` in ``[gamma, 1]`` for every variable with an
-    element whose gradient reached the step; a variable no step measured keeps its row of
-    zeros (a gradient always None, or Keras' ``overwrite_with_gradient`` variables), and
-    one of no element records 0. So the saved five numbers tell it (``docs/spec.md``
-    section 4). Returns ``row["mean_factor"] > 0``.
-    """
-    return bool(row["mean_factor"] > 0.0)

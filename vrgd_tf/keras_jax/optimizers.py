@@ -23,6 +23,7 @@ import keras
 from keras.src import backend
 
 from vrgd_tf import settings
+from vrgd_tf.gsnr.fields import STATISTICS_FIELDS, has_gsnr
 from vrgd_tf.keras_jax import gsnr
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
@@ -199,11 +200,11 @@ class VRGDOptimizer:
         """``{variable path: {field: float}}`` of the last recording step (spec section 4):
         ``mean_gsnr``, ``frac_at_gamma``, ``frac_at_one``, ``mean_factor``, ``norm_ratio``
         and ``has_gsnr`` (a row of zeros: no step recorded it)."""
-        fields = ("mean_gsnr", "frac_at_gamma", "frac_at_one", "mean_factor", "norm_ratio")
         out = {}
         for var, row in zip(self._trainable_variables, self._vrgd_statistics):
             values = [float(v) for v in keras.ops.convert_to_numpy(row.value)]
-            out[var.path] = dict(zip(fields, values), has_gsnr=values[3] > 0)
+            row = dict(zip(STATISTICS_FIELDS, values))
+            out[var.path] = dict(row, has_gsnr=has_gsnr(row))
         return out
 
 

@@ -1,13 +1,10 @@
-"""Issue 36, new user: two ``vrgd_statistics()`` rows that mislead (PENDING fixes).
-
-Both tests are marked ``expectedFailure`` until the fixes land in ``vrgd_tf/aggregator.py``
-(owned by other work in progress); when a fix lands its test passes, pytest reports an
-unexpected success, and the marker must go.
+"""Issue 36, new user: two ``vrgd_statistics()`` rows that misled (both tests failed before
+the fixes).
 
 1. With ``split_half=False`` every row still carries the four split-half fields
    (``reliability``, ``reliability_correlation``, ``reliability_pairs``,
    ``reliability_defined``), always 0/False. Fix: ``GSNRAggregator.statistics`` adds them only
-   when ``self.split_half`` (as the JAX family's rows, which never have them).
+   with ``split_half=True`` (as the JAX family's rows, which never have them).
 2. ``model.train_on_batch`` under a strategy hands every replica the same batch: no element
    of any variable has a defined GSNR (the inert step, which the step's warning names), VRGD
    steps as its base, yet the row (``mean_gsnr 0, frac_at_one 1, mean_factor 1``) reads
@@ -17,8 +14,6 @@ unexpected success, and the marker must go.
    step keeps recording that row: under XLA the reader's test is the only inert warning.
    (The JAX family records zeros on such a step, so its rows read False already.)
 """
-
-import unittest
 
 import keras
 import numpy as np
@@ -41,8 +36,7 @@ def _data():
     return x, x @ np.ones((4, 1), "float32")
 
 
-class PendingStatisticsRowsTest(tf.test.TestCase):
-    @unittest.expectedFailure
+class StatisticsRowsTest(tf.test.TestCase):
     def test_no_split_half_fields_without_split_half(self):
         variables = [tf.Variable(tf.zeros([5]), name="w")]
         aggregator = vrgd_tf.GSNRAggregator(split_half=False)
@@ -57,7 +51,6 @@ class PendingStatisticsRowsTest(tf.test.TestCase):
             self.assertTrue(row["has_gsnr"])
             self.assertEmpty(set(SPLIT_HALF_FIELDS) & set(row))
 
-    @unittest.expectedFailure
     def test_train_on_batch_under_a_strategy_records_no_gsnr(self):
         x, y = _data()
         with util.strategy_for(2).scope():
