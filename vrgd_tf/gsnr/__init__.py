@@ -45,8 +45,9 @@ The step is a composition of small stages, each a module of this package:
 * ``collectives``: every collective of the step and nothing else;
 * ``sparse``: exact statistics of sparse gradients on the rows some replica touched;
 * ``factors``, ``smoothing``, ``statistics``: pure math;
-* ``halves``: the split-half reliability of the GSNR (a diagnostic; its subsample
-  travels in an all-reduce call of its own, its values are computed at recording steps);
+* ``halves``: the split-half reliability of the GSNR in the step (a diagnostic; its
+  subsample travels in an all-reduce call of its own, its values are computed at recording
+  steps); ``reliability``: its math (pure);
 * ``state``: :class:`VRGDState` and the one place that reads and commits it;
 * ``step``: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.
@@ -102,6 +103,7 @@ _STAGES = (
     "options",
     "packing",
     "reductions",
+    "reliability",
     "samples",
     "smoothing",
     "sparse",
