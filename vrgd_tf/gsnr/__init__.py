@@ -78,7 +78,6 @@ from vrgd_tf.gsnr.options import (
 
 #: The names of the TensorFlow stages, each with the stage (module) that defines it.
 _LAZY = {
-    "sum_with_squares": "collectives",
     "FactorContext": "factors",
     "NUM_SPLIT_HALF": "halves",
     "SPLIT_HALF_FIELDS": "halves",
@@ -149,7 +148,6 @@ __all__ = [
     "gsnr_factors_flat",
     "noise_rtol",
     "smooth_factor",
-    "sum_with_squares",
     "validate_beta_3",
     "validate_factor_transforms",
     "validate_gamma",
