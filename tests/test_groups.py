@@ -179,13 +179,12 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
             opt.apply_grouped_gradients([(tf.ones(2), v)], [None], num_groups=2)
         opt.apply_grouped_gradients([(tf.ones(2), v)], [tf.ones([2, 1])], num_groups=2)
 
-    def test_step_takes_the_groups_as_one_record_or_the_alias_keywords(self):
+    def test_step_takes_the_groups_as_one_record(self):
         """``variance_reduce(squares=GroupSquares(sq_sums, m))`` on one device is the GSNR of
-        the m groups (NumPy reference), and the first release's keywords ``sq_sums=``,
-        ``num_groups=`` give the same bits; both at once, or a mapping, are refused."""
-        from vrgd_tf import common, gsnr
+        the m groups (NumPy reference); the groups come only that way: the keywords
+        ``sq_sums=``, ``num_groups=``, a mapping, or a bare list are refused."""
+        from vrgd_tf import gsnr
 
-        self.assertIs(common.GroupSquares, gsnr.GroupSquares)
         xs = np.random.RandomState(3).randn(K, 6).astype(np.float32) + 0.5
         v = tf.Variable(np.zeros(6, np.float32))
         grads, sq_sums = [tf.constant(xs.sum(0))], [tf.constant(np.square(xs).sum(0))]
@@ -193,14 +192,12 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
             grads, [v], state=None, record_statistics=False, gamma=0.1, **kw
         )
         (record,) = step(squares=gsnr.GroupSquares(sq_sums, K))
-        (alias,) = step(sq_sums=sq_sums, num_groups=K)
         factor, s1 = ref.gsnr_factor(xs, 0.1)
         self.assertAllClose(record, factor * s1, rtol=1e-5, atol=1e-6)
-        self.assertAllEqual(record, alias)
         keyed = gsnr.GroupSquares({"v": sq_sums[0]}, K)
         self.assertAllEqual(step(squares=keyed.in_order(["v"]))[0], record)
-        with self.assertRaisesRegex(TypeError, "not both"):
-            step(squares=gsnr.GroupSquares(sq_sums, K), num_groups=K)
+        with self.assertRaisesRegex(TypeError, "Unknown GSNR option.*'num_groups', 'sq_sums'"):
+            step(sq_sums=sq_sums, num_groups=K)
         with self.assertRaisesRegex(ValueError, "in_order"):
             step(squares=keyed)
         with self.assertRaisesRegex(TypeError, "GroupSquares"):

@@ -192,8 +192,7 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
                     variables,
                     state=state,
                     replica_context=ctx,
-                    sq_sums=squares if groups > 1 else None,
-                    num_groups=groups,
+                    squares=gsnr.GroupSquares(squares if groups > 1 else None, groups),
                     split_half_stride=split_half_stride,
                 )
 

@@ -83,18 +83,11 @@ class ReducedGradients(list):
         self.report = report
 
 
-def _group_squares(squares, keywords) -> GroupSquares:
-    """The step's :class:`GroupSquares`: ``squares``, or the one the alias keywords
-    ``sq_sums=`` / ``num_groups=`` give (popped from ``keywords``); ``GroupSquares(None, 1)``
-    without either."""
-    alias = {k: keywords.pop(k) for k in ("sq_sums", "num_groups") if k in keywords}
-    if squares is not None and alias:
-        raise TypeError(
-            "variance_reduce: pass `squares=GroupSquares(sq_sums, num_groups)` or its alias "
-            f"keywords `sq_sums=`, `num_groups=`, not both; got `squares` and {sorted(alias)}."
-        )
+def _group_squares(squares) -> GroupSquares:
+    """The step's :class:`GroupSquares`: ``squares``, or ``GroupSquares(None, 1)`` for
+    None."""
     if squares is None:
-        return GroupSquares(alias.get("sq_sums"), alias.get("num_groups", 1))
+        return GroupSquares(None, 1)
     if not isinstance(squares, GroupSquares):
         raise TypeError(f"`squares` must be a vrgd_tf.gsnr.GroupSquares or None; got {squares!r}.")
     return squares
@@ -405,10 +398,7 @@ def variance_reduce(
         ``num_groups``, Python int >= 1, the number ``m`` of groups per replica.
       **options: the fields of :class:`vrgd_tf.gsnr.GSNROptions` as keywords (``gamma``,
         ``beta_3``, ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``,
-        ``split_half_stride``, ``pack_limit``), or ``options=`` one ``GSNROptions``. Also accepted, as
-        aliases of ``squares=GroupSquares(sq_sums, num_groups)`` (the keywords of the
-        first release; not together with ``squares``): ``sq_sums=`` (default None) and
-        ``num_groups=`` (default 1).
+        ``split_half_stride``, ``pack_limit``), or ``options=`` one ``GSNROptions``.
 
     Returns:
       :class:`ReducedGradients`: a list of ``n`` tensors, each of its gradient's dtype and
@@ -423,11 +413,10 @@ def variance_reduce(
     Raises:
       RuntimeError: called in a cross-replica context.
       TypeError, ValueError: an option outside its range, a gradient without a static
-        shape, ``squares`` not a :class:`GroupSquares` or given with its aliases,
-        ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not matching
-        ``grads``.
+        shape, ``squares`` not a :class:`GroupSquares`, ``num_groups`` < 1, or ``sq_sums``
+        missing (``num_groups > 1``) or not matching ``grads``.
     """
-    squares = _group_squares(squares, options)
+    squares = _group_squares(squares)
     options = GSNROptions.from_keywords(options)
     grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g) for g in grads]
     variables = list(variables)
