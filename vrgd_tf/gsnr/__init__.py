@@ -33,8 +33,8 @@ gradient's dtype (float64 gradients are also summed in float64, and ``u`` is the
 
 The step is a composition of small stages, each a module of this package:
 
-* ``options``: :class:`GSNROptions` (gamma, beta_3, squares_dtype, factor_transforms,
-  sparse_statistics), their checks and the noise thresholds;
+* ``options``: the step's options (gamma, beta_3, squares_dtype, factor_transforms,
+  sparse_statistics, split_half_stride, pack_limit), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
   rows, sparse as dense; its sizes; its state index) and the blocks the stages work on
   (one entry, or the small dense ones packed into one buffer), built once per trace;
@@ -51,6 +51,9 @@ The step is a composition of small stages, each a module of this package:
 * ``state``: :class:`VRGDState` and the one place that reads and commits it;
 * ``step``: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.
+
+The package exports what a caller of the step or an author of ``factor_transforms`` needs
+(``__all__``); everything else is in its stage, e.g. ``vrgd_tf.gsnr.statistics.NUM_STATISTICS``.
 """
 
 import importlib as _importlib
@@ -58,38 +61,35 @@ import importlib as _importlib
 # The options (``options``) import no TensorFlow: the settings of both families, including
 # the JAX family (``vrgd_tf.keras_jax``), check their values with them. Every other stage
 # needs TensorFlow and is imported on first use of one of its names (PEP 562), so that
-# ``import vrgd_tf`` under ``KERAS_BACKEND=jax`` imports no TensorFlow module.
+# ``import vrgd_tf`` under ``KERAS_BACKEND=jax`` imports no TensorFlow module. The names
+# marked F401 are not exported (not in ``__all__``); ``vrgd_tf.settings`` and the aggregator
+# still reach some of them here.
 from vrgd_tf.gsnr.options import (
     NOISE_RTOL,
     NOISE_RTOL_BFLOAT16,
     PACK_LIMIT,
-    SPARSE_STATISTICS,
-    SQUARES_DTYPES,
-    GSNROptions,
+    SPARSE_STATISTICS,  # noqa: F401
+    SQUARES_DTYPES,  # noqa: F401
+    GSNROptions,  # noqa: F401
     noise_rtol,
-    validate_beta_3,
-    validate_factor_transforms,
-    validate_gamma,
-    validate_pack_limit,
-    validate_sparse_statistics,
-    validate_split_half_stride,
-    validate_squares_dtype,
+    validate_beta_3,  # noqa: F401
+    validate_factor_transforms,  # noqa: F401
+    validate_gamma,  # noqa: F401
+    validate_pack_limit,  # noqa: F401
+    validate_sparse_statistics,  # noqa: F401
+    validate_split_half_stride,  # noqa: F401
+    validate_squares_dtype,  # noqa: F401
 )
 
-#: The names of the TensorFlow stages, each with the stage (module) that defines it.
+#: The public names of the TensorFlow stages, each with the stage (module) that defines it.
 _LAZY = {
     "FactorContext": "factors",
-    "NUM_SPLIT_HALF": "halves",
     "SPLIT_HALF_FIELDS": "halves",
     "GroupSquares": "samples",
-    "smooth_factor": "smoothing",
-    "dense_gradient": "sparse",
     "VRGDState": "state",
-    "NUM_STATISTICS": "statistics",
     "STATISTICS_FIELDS": "statistics",
     "GSNRStatistics": "statistics",
     "gsnr_factor": "statistics",
-    "gsnr_factors_flat": "statistics",
     "ReducedGradients": "step",
     "StepReport": "step",
     "variance_reduce": "step",
@@ -126,34 +126,21 @@ def __dir__():
     return sorted(set(globals()) | set(__all__) | set(_STAGES))
 
 
+# What a user of the step, or an author of ``factor_transforms``, needs; the rest is in the
+# stages (``from vrgd_tf.gsnr import statistics``), for this package and its tests.
 __all__ = [
-    "NOISE_RTOL",
-    "NOISE_RTOL_BFLOAT16",
-    "NUM_SPLIT_HALF",
-    "NUM_STATISTICS",
-    "PACK_LIMIT",
-    "STATISTICS_FIELDS",
-    "SPARSE_STATISTICS",
-    "SPLIT_HALF_FIELDS",
-    "SQUARES_DTYPES",
-    "FactorContext",
-    "GSNROptions",
-    "GSNRStatistics",
-    "GroupSquares",
+    "variance_reduce",
     "ReducedGradients",
     "StepReport",
+    "GroupSquares",
     "VRGDState",
-    "dense_gradient",
+    "FactorContext",
+    "GSNRStatistics",
     "gsnr_factor",
-    "gsnr_factors_flat",
+    "STATISTICS_FIELDS",
+    "SPLIT_HALF_FIELDS",
+    "NOISE_RTOL",
+    "NOISE_RTOL_BFLOAT16",
     "noise_rtol",
-    "smooth_factor",
-    "validate_beta_3",
-    "validate_factor_transforms",
-    "validate_gamma",
-    "validate_pack_limit",
-    "validate_sparse_statistics",
-    "validate_split_half_stride",
-    "validate_squares_dtype",
-    "variance_reduce",
+    "PACK_LIMIT",
 ]
