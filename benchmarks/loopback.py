@@ -16,8 +16,9 @@ two workers in lockstep; worker 0 reports. Variants (``variants.py``):
   base_2x    X on the same architecture with twice the parameters (MLP: hidden width
              2048 -> 3072; BERT-tiny: vocabulary 30522 -> 2 x 30522 + the rest / 129): the
              bytes of VR on the wire, with twice the gradient and update work too;
-  sq         X + the squares, all-reduced as VRGD does (``vrgd_tf.gsnr.sum_with_squares``:
-             the float32 ``x``, then the float32 ``x*x``, 8 N bytes), update from the sum;
+  sq         X + the squares, all-reduced as VRGD does (the library's collectives,
+             ``vrgd_tf.gsnr.collectives.all_reduce_samples``: the float32 ``x``, then the
+             float32 ``x*x`` and the count, 8 N bytes), update from the sum;
   sq_bf16    the same with the squares in bfloat16 (6 N bytes);
   vr_nostats the library's VR class with ``statistics_interval=0`` (no diagnostics);
   vr         the library's VR class, defaults (diagnostics every step);

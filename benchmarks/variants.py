@@ -11,10 +11,10 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   base_allreduce  (tf_keras only) the base with its gradients summed by
                   ``ReplicaContext.all_reduce`` in the replica context, as VRGD does, instead
                   of ``OptimizerV2``'s merge_call path: separates the aggregation path;
-  sq              base + the squares, all-reduced as VRGD sends them
-                  (``gsnr.sum_with_squares``: the float32 gradients, then their squares,
-                  one tensor per variable in each call; without VRGD's one-scalar count),
-                  the update from the plain sum;
+  sq              base + the squares, all-reduced as VRGD sends them (the library's
+                  collectives, ``vrgd_tf.gsnr.collectives.all_reduce_samples``: the float32
+                  gradients, then their squares with the one-scalar count, one tensor per
+                  variable in each call), the update from the plain sum;
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
   vr              the library's VR class with its defaults (diagnostics every step,
@@ -35,7 +35,7 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
 
 import tensorflow as tf
 
-from vrgd_tf import gsnr
+from vrgd_tf.gsnr import collectives, samples, sparse
 
 VARIANTS = ("base", "sq", "vr_nostats", "vr")
 VR_VARIANTS = {
@@ -48,21 +48,32 @@ VR_VARIANTS = {
 }
 
 
-def _sum_with_squares(ctx, grads, squares_dtype="float32"):
-    """The library's collective (the gradients, then their squares); returns the plain sums."""
-    s1, _, sizes, dense, _ = gsnr.sum_with_squares(
-        grads, replica_context=ctx, squares_dtype=squares_dtype
+def _sum_as_vrgd(ctx, grads, squares_dtype="float32"):
+    """The library's collectives of one step (the gradients, then their squares with this
+    replica's count, as the GSNR step sends them for dense gradients; a ``tf.IndexedSlices``
+    gradient also as the strategy's sparse SUM, as on the step's dense statistics path);
+    returns the plain sums of the gradients, in their dtypes."""
+    dense = [sparse.dense_gradient(g) for g in grads]
+    flat = tuple(tf.reshape(tf.cast(d, tf.float32), [-1]) for d in dense)
+    local = samples.Local(
+        gradients=flat,
+        squares=tuple(tf.square(x) for x in flat),
+        sparse=tuple(g for g in grads if isinstance(g, tf.IndexedSlices)),
+        wide=(),
+        rows=(),
+        count=tf.constant(1.0),
     )
-    return [tf.cast(tf.reshape(p, g.shape), g.dtype) for p, g in zip(tf.split(s1, sizes), dense)]
+    reduced = collectives.all_reduce_samples(local, ctx, squares_dtype)
+    return [tf.cast(tf.reshape(s, d.shape), d.dtype) for s, d in zip(reduced.gradients, dense)]
 
 
 def _reduce(name, ctx, grads):
     if name == "sq":
-        return _sum_with_squares(ctx, grads)
+        return _sum_as_vrgd(ctx, grads)
     if name == "sq_bf16":
-        return _sum_with_squares(ctx, grads, "bfloat16")
+        return _sum_as_vrgd(ctx, grads, "bfloat16")
     if name == "base_allreduce":
-        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [gsnr.dense_gradient(g) for g in grads])
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, [sparse.dense_gradient(g) for g in grads])
     raise ValueError(f"unknown variant {name!r}")
 
 

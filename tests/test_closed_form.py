@@ -21,7 +21,7 @@ from absl.testing import parameterized
 import vrgd_tf
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
-from vrgd_tf.gsnr import factors, statistics
+from vrgd_tf.gsnr import factors, smoothing, statistics
 
 import util
 
@@ -84,7 +84,7 @@ class GsnrFunctionsTest(tf.test.TestCase):
         A mean over both variables (4, 1, 0, 1 -> 1.5) would give A (1, 2/3)."""
         s1 = tf.constant([4.0, 2.0, 0.0, 0.0, 2.0])
         s2 = tf.constant([10.0, 4.0, 2.0, 0.0, 4.0])
-        factor, stats = gsnr.gsnr_factors_flat(s1, s2, [2, 3], 2, 0.1)
+        factor, stats = statistics.gsnr_factors_flat(s1, s2, [2, 3], 2, 0.1)
         self.assertAllClose(factor, [1.0, 0.4, 0.1, 1.0, 1.0], **TOL)
         self.assertAllClose(
             stats, [[2.5, 0.0, 0.5, 0.7, NR1], [0.5, 1.0 / 3.0, 2.0 / 3.0, 0.7, 1.0]], **TOL
@@ -104,7 +104,7 @@ class GsnrFunctionsTest(tf.test.TestCase):
         factor, stats = gsnr.gsnr_factor(s1, s2, 2, 0.2)
         self.assertAllClose(factor, [0.2, 1.0], **TOL)
         self.assertAllClose(stats.stack(), [5.0, 0.5, 0.5, 0.6, NR3], **TOL)
-        _, flat_stats = gsnr.gsnr_factors_flat(s1, s2, [2], 2, 0.2)
+        _, flat_stats = statistics.gsnr_factors_flat(s1, s2, [2], 2, 0.2)
         self.assertAllClose(flat_stats, [[5.0, 0.5, 0.5, 0.6, NR3]], **TOL)
 
     def test_norm_ratio_k2_by_hand(self):
@@ -163,7 +163,7 @@ class GsnrFunctionsTest(tf.test.TestCase):
         correction = tf.zeros([])
         expected = [(0.2, 0.4, 0.5), (11.0 / 15.0, 0.2, 0.75), (19.0 / 35.0, 0.4, 0.875)]
         for f_b, (p_hat_b, d_b, c) in zip([0.2, 1.0, 0.4], expected):
-            p_hat, deficit, correction = gsnr.smooth_factor(
+            p_hat, deficit, correction = smoothing.smooth_factor(
                 tf.constant([1.0, f_b]), deficit, correction, 0.5, 0.1
             )
             self.assertAllClose(p_hat, [1.0, p_hat_b], **TOL)
@@ -253,7 +253,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
             [[1.0, 0.0], [3.0, 2.0]], [[2.0, 4.0], [0.0, 2.0]], [[1.0, 1.0], [-1.0, 0.0]]
         )
         step_1 = [5.0, 0.0, 0.5, 0.6, NR3]
-        expected = [[0.0] * gsnr.NUM_STATISTICS, step_1, step_1]
+        expected = [[0.0] * statistics.NUM_STATISTICS, step_1, step_1]
         expected_w = [[-4.0, -0.8], [-4.4, -6.8], [-4.4, -7.8]]
         for i, variables, opt in util.custom_loop_steps(
             util.strategy_for(2),

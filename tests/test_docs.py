@@ -63,15 +63,10 @@ class SpecCitationTest(tf.test.TestCase):
         self.assertGreaterEqual(cited, 7)  # configs.py, the demo, five official configs
 
 
-#: Modules that only raise ImportError (moved out of the library; tests/test_layout.py).
-MOVED = ("vrgd_tf.data", "vrgd_tf.demo", "vrgd_tf.model_garden.prepare_data")
-
-
 def _library_modules():
     yield vrgd_tf
     for info in pkgutil.walk_packages(vrgd_tf.__path__, "vrgd_tf."):
-        if not info.name.startswith(MOVED):
-            yield importlib.import_module(info.name)
+        yield importlib.import_module(info.name)
 
 
 class DocstringExamplesTest(tf.test.TestCase):

@@ -1,15 +1,13 @@
 """The library stands alone: nothing in vrgd_tf/ imports the examples, benchmarks, studies or
-tests; benchmarks/ and studies/ share one module (``studies/shared.py``); the modules moved out
-of the library say where they went; and the script folders that share one ``sys.path`` in this
-suite (``tests/conftest.py``, the benchmarks' tests) have distinct module names."""
+tests; benchmarks/ and studies/ share one module (``studies/shared.py``); and the script
+folders that share one ``sys.path`` in this suite (``tests/conftest.py``, the benchmarks'
+tests) have distinct module names."""
 
 import ast
 import glob
 import os
 
 import tensorflow as tf
-
-import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Folders of scripts imported by file name (their folder on ``sys.path``), not packages.
@@ -84,22 +82,6 @@ class LayoutTest(tf.test.TestCase):
             for name in _module_names(folder) - {"__init__", "conftest"}:
                 self.assertNotIn(name, seen, f"{folder}/{name}.py and {seen.get(name)}/")
                 seen[name] = folder
-
-    def test_moved_modules_raise_an_import_error_naming_the_new_place(self):
-        import importlib
-
-        for old, new in (
-            ("vrgd_tf.demo", "examples/digits/digits_large_batch.py"),
-            ("vrgd_tf.demo.digits_large_batch", "examples/digits/digits_large_batch.py"),
-            ("vrgd_tf.data", "examples/data/"),
-            ("vrgd_tf.data.shakespeare", "shakespeare_pretraining.py"),
-            ("vrgd_tf.data.fashion_mnist", "fashion_mnist.py"),
-            ("vrgd_tf.model_garden.prepare_data", "examples/data/prepare_model_garden_data.py"),
-        ):
-            if old.startswith("vrgd_tf.model_garden") and not util.HAS_TF_KERAS:
-                continue  # Its package needs Model Garden.
-            with self.assertRaisesRegex(ImportError, "moved out of the library.*" + new, msg=old):
-                importlib.import_module(old)
 
 
 if __name__ == "__main__":

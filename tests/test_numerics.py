@@ -76,9 +76,9 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
             expected_stats = [
                 ref.gsnr_statistics(p, 0.1) if p.size else (0.0, 0.0, 0.0, 0.0, 1.0) for p in parts
             ]
-            eager = gsnr.gsnr_factors_flat(s1, s2, sizes, k, 0.1)
+            eager = statistics.gsnr_factors_flat(s1, s2, sizes, k, 0.1)
             compiled = tf.function(
-                lambda a, b: gsnr.gsnr_factors_flat(a, b, sizes, k, 0.1), jit_compile=True
+                lambda a, b: statistics.gsnr_factors_flat(a, b, sizes, k, 0.1), jit_compile=True
             )(s1, s2)
             # Float32 one-pass variance: relative error ~ k * eps32 * (1 + r), see gsnr.py.
             for factor, stats in (eager, compiled):
@@ -107,7 +107,7 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
             tf.constant(xs.sum(0)), tf.constant((xs**2).sum(0)), 2, 0.1
         )
         np.testing.assert_array_equal(factor.numpy(), 1.0)
-        self.assertAllEqual(tf.math.is_finite(stats.stack()), [True] * gsnr.NUM_STATISTICS)
+        self.assertAllEqual(tf.math.is_finite(stats.stack()), [True] * statistics.NUM_STATISTICS)
 
     def test_diagnostics_keep_no_extra_full_size_tensor_alive(self):
         """The diagnostics run after the smoothing, in a tf.cond: every [N] tensor the
@@ -124,7 +124,7 @@ class GSNRFactorTest(tf.test.TestCase, parameterized.TestCase):
             return tf.cond(
                 tf.reduce_all(tf.math.is_finite(s1)),
                 lambda: statistics.statistics(parts[0], fs, parts[2], k=4, gamma=0.1, sizes=sizes),
-                lambda: tf.zeros([2, gsnr.NUM_STATISTICS]),
+                lambda: tf.zeros([2, statistics.NUM_STATISTICS]),
             )
 
         spec = tf.TensorSpec([n], tf.float32)

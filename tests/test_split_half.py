@@ -1,10 +1,10 @@
-"""Split-half reliability of the GSNR (vrgd_tf.split_half; docs/spec.md section 4): known
+"""Split-half reliability of the GSNR (vrgd_tf.gsnr.reliability; docs/spec.md section 4): known
 answers on synthetic samples, the NumPy reference, the undefined cases, XLA."""
 
 import numpy as np
 import tensorflow as tf
 
-from vrgd_tf import split_half
+from vrgd_tf.gsnr import reliability as split_half
 
 import numpy_reference as ref
 

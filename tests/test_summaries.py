@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import vrgd_tf
 from vrgd_tf import gsnr, summaries
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 import numpy_reference as ref
 import util
@@ -150,7 +151,7 @@ class SummariesTest(tf.test.TestCase):
                 ):
                     key = [n for n in init if name.endswith(n)][0]
                     expected = (
-                        np.zeros(gsnr.NUM_STATISTICS)
+                        np.zeros(NUM_STATISTICS)
                         if step is None
                         else ref.gsnr_statistics(grads[key][step], 0.1, applied[step][key])
                     )
@@ -201,9 +202,9 @@ print("refused")
         summaries.require_tensorboard("this test")  # this environment has it
         vrgd_tf.GSNRTensorBoard(tempfile.mkdtemp())
 
-    def test_tf_keras_callback_returns_a_tf_keras_callback(self):
-        """tf_keras_callback(log_dir, ...) is an instance of one tf_keras callback class,
-        and a 2-replica tf_keras fit with it writes the reference statistics."""
+    def test_tf_keras_callback_is_a_tf_keras_callback(self):
+        """vrgd_tf.tf_keras.GSNRTensorBoard(log_dir, ...) is a tf_keras callback, and a
+        2-replica tf_keras fit with it writes the reference statistics."""
         util.skip_without_tf_keras(self)
         import tf_keras
 
@@ -220,13 +221,15 @@ print("refused")
             model.compile(optimizer=vtk.VRGDSGD(learning_rate=0.0), loss="mse")
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
-        cb = summaries.tf_keras_callback(log_dir, update_freq=2, log_to_history=True)
+        cb = vtk.GSNRTensorBoard(log_dir, update_freq=2, log_to_history=True)
         self.assertIsInstance(cb, tf_keras.callbacks.Callback)
-        self.assertIs(type(cb), summaries.TfKerasGSNRTensorBoard)
-        self.assertIs(type(summaries.tf_keras_callback(log_dir)), type(cb))
+        self.assertNotIsInstance(cb, summaries.GSNRTensorBoard)
+        self.assertEqual(
+            (type(cb).__module__, type(cb).__qualname__), ("vrgd_tf.tf_keras", "GSNRTensorBoard")
+        )
         self.assertEqual((cb.log_dir, cb.update_freq, cb.log_to_history), (log_dir, 2, True))
         with self.assertRaisesRegex(ValueError, "update_freq"):
-            summaries.tf_keras_callback(log_dir, update_freq=0)
+            vtk.GSNRTensorBoard(log_dir, update_freq=0)
 
         hist = model.fit(
             np.concatenate([x, x]),
@@ -284,7 +287,8 @@ print("refused")
             "cb = vrgd_tf.GSNRTensorBoard(sys.argv[1], update_freq=1)\n"
             "m.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb], shuffle=False)\n"
             "print('RESULT', json.dumps(dict(\n"
-            "    cls=type(cb).__name__, module=type(m.optimizer).__module__,\n"
+            "    cls=type(cb).__name__, cls_module=type(cb).__module__,\n"
+            "    module=type(m.optimizer).__module__,\n"
             "    tf_keras_callback=isinstance(cb, tf_keras.callbacks.Callback),\n"
             "    x=x.tolist(), y=y.tolist(), w=w.tolist(),\n"
             "    stats=m.optimizer.vrgd_statistics())))\n"
@@ -292,7 +296,8 @@ print("refused")
         log_dir = tempfile.mkdtemp()
         out = run_python(code, log_dir, env={"TF_USE_LEGACY_KERAS": "1"})
         result = json.loads(out.split("RESULT", 1)[1])
-        self.assertEqual(result["cls"], "TfKerasGSNRTensorBoard")
+        self.assertEqual(result["cls"], "GSNRTensorBoard")
+        self.assertEqual(result["cls_module"], "vrgd_tf.tf_keras")
         self.assertTrue(result["tf_keras_callback"])
         self.assertEqual(result["module"], "vrgd_tf.tf_keras")
         x, y, w = (np.asarray(result[key], np.float64) for key in ("x", "y", "w"))
@@ -313,11 +318,11 @@ print("refused")
     def test_import_does_not_import_tf_keras(self):
         util.skip_without_tf_keras(self)
         out = run_python(
-            "import sys, vrgd_tf\n"
+            "import sys, vrgd_tf, vrgd_tf.summaries\n"
             "print('BEFORE', 'tf_keras' in sys.modules)\n"
-            "from vrgd_tf.summaries import TfKerasGSNRTensorBoard\n"
+            "from vrgd_tf.tf_keras import GSNRTensorBoard\n"
             "import tf_keras\n"
-            "print('AFTER', issubclass(TfKerasGSNRTensorBoard, tf_keras.callbacks.Callback))\n"
+            "print('AFTER', issubclass(GSNRTensorBoard, tf_keras.callbacks.Callback))\n"
         )
         self.assertIn("BEFORE False", out)
         self.assertIn("AFTER True", out)
@@ -419,13 +424,12 @@ class SummaryStepTest(tf.test.TestCase):
         from vrgd_tf import tf_keras as vtk
 
         log_dir = tempfile.mkdtemp()
-        callback = summaries.tf_keras_callback(log_dir, update_freq=2)
+        callback = vtk.GSNRTensorBoard(log_dir, update_freq=2)
         fit_dense(callback, 8, steps_per_execution=2, family="tf_keras")
         self.assertEqual(sorted(event_scalars(log_dir)["vrgd/kernel/mean_gsnr"]), [2, 4, 6, 8])
-        self.assertEqual(summaries.tf_keras_callback(log_dir, "epoch").update_freq, "epoch")
+        self.assertEqual(vtk.GSNRTensorBoard(log_dir, "epoch").update_freq, "epoch")
         with self.assertRaisesRegex(ValueError, "`update_freq`"):
-            summaries.tf_keras_callback(log_dir, update_freq="often")
-        self.assertIs(vtk.GSNRTensorBoard, type(callback))
+            vtk.GSNRTensorBoard(log_dir, update_freq="often")
 
 
 class _Odd(keras.layers.Layer):

@@ -21,8 +21,8 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 import util
 
@@ -98,7 +98,7 @@ class _StateAssertions:
     def assert_state_kind(self, optimizer, model, beta_3):
         """Every VRGD slot has its designed shape, dtype, synchronization and aggregation."""
         slots = _vrgd_slots(optimizer, model)
-        expected = {"vrgd_statistics": lambda v: [gsnr.NUM_STATISTICS]}
+        expected = {"vrgd_statistics": lambda v: [NUM_STATISTICS]}
         if beta_3 > 0.0:
             expected.update(vrgd_deficit=lambda v: v.shape.as_list(), vrgd_correction=lambda v: [])
         self.assertEqual(sorted({s for _, s in slots}), sorted(expected))

@@ -188,37 +188,3 @@ class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
-
-
-class DeprecatedSetExclusionsTest(tf.test.TestCase, parameterized.TestCase):
-    """``vrgd_tf.optimizers.lamb.set_exclusions`` (public before 0.2) still works, and warns."""
-
-    @parameterized.parameters(*LAYERWISE)
-    def test_alias_sets_both_lists_and_warns(self, cls):
-        from vrgd_tf.optimizers.lamb import set_exclusions
-
-        opt = cls(**kwargs_for(cls))
-        with self.assertWarnsRegex(DeprecationWarning, "exclude_from_weight_decay="):
-            set_exclusions(opt, ["bias"], None)
-        self.assertEqual(opt.exclude_from_weight_decay_patterns, ["bias"])
-        self.assertEqual(opt.exclude_from_layer_adaptation, ["bias"])
-        kernel, bias = variables()
-        opt.apply([tf.zeros(3), tf.zeros(3)], [kernel, bias])
-        self.assertAllClose(bias.numpy(), np.ones(3))  # excluded: not decayed
-        self.assertAllClose(kernel.numpy(), np.full(3, decayed(cls)))
-        self.assertEqual(
-            cls.from_config(opt.get_config()).exclude_from_weight_decay_patterns, ["bias"]
-        )
-
-    def test_alias_refuses_a_built_optimizer_and_other_classes(self):
-        from vrgd_tf.optimizers.lamb import set_exclusions
-
-        opt = k3.Lamb(0.1)
-        opt.build(list(variables()))
-        with self.assertWarns(DeprecationWarning), self.assertRaisesRegex(ValueError, "built"):
-            set_exclusions(opt, ["bias"], None)
-        with (
-            self.assertWarns(DeprecationWarning),
-            self.assertRaisesRegex(TypeError, "Lamb or Lars"),
-        ):
-            set_exclusions(keras.optimizers.Adam(0.1), ["bias"], None)

@@ -8,6 +8,7 @@ from absl.testing import parameterized
 import vrgd_tf
 from vrgd_tf import gsnr
 from vrgd_tf import tf_keras as vtk
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 import numpy_reference as ref
 import util
@@ -137,7 +138,7 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         }
         for step_stats in (compiled_stats, stats):
             for i, n in enumerate(names):
-                self.assertAllEqual(step_stats[0][i], np.zeros(gsnr.NUM_STATISTICS))
+                self.assertAllEqual(step_stats[0][i], np.zeros(NUM_STATISTICS))
                 self.assertAllClose(
                     step_stats[1][i],
                     ref.gsnr_statistics(grads[n][1], 0.1, applied[n]),

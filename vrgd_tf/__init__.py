@@ -89,8 +89,7 @@ else:
 
     if _os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
         # the tf_keras callback, for tf.keras (= tf_keras) models
-        from vrgd_tf.summaries import TfKerasGSNRLogger as GSNRLogger  # noqa: E402
-        from vrgd_tf.summaries import TfKerasGSNRTensorBoard as GSNRTensorBoard  # noqa: E402
+        from vrgd_tf.tf_keras import GSNRLogger, GSNRTensorBoard  # noqa: E402
     else:
         from vrgd_tf.summaries import GSNRLogger, GSNRTensorBoard  # noqa: E402
 

@@ -86,7 +86,9 @@ class GSNRAggregator(tf.Module):
     >>> print(round(stats["mean_gsnr"], 4), stats["frac_at_gamma"], stats["frac_at_one"])
     2.0556 0.5 0.5
 
-    Args (keyword-only):
+    Every argument is keyword-only.
+
+    Args:
       {settings}
       settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by one.
       owner: str, the name in warnings (the optimizer's class). Default ``name``.

@@ -17,10 +17,7 @@ import tensorflow as tf
 
 from vrgd_tf import naming, settings, validation
 from vrgd_tf.aggregator import GSNRAggregator
-
-# GroupSquares, the record the squares channel carries, is the GSNR step's input record
-# (defined in vrgd_tf.gsnr.samples); importable from here as before.
-from vrgd_tf.gsnr.samples import GroupSquares
+from vrgd_tf.gsnr.samples import GroupSquares  # the record the squares channel carries
 
 _LOG = logging.getLogger("vrgd_tf")
 

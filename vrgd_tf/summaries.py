@@ -18,8 +18,8 @@ the average step is (``docs/spec.md`` section 4). With ``split_half=True``,
 split-half reliability of the GSNR: near 0 when the GSNR the factor acts on is noise, near 1
 when it is a stable property of the elements (spec section 4).
 
-Callbacks, each in both families (Keras 3 here; tf_keras as ``TfKeras*`` here and in
-:mod:`vrgd_tf.tf_keras`): :class:`GSNRLogger` puts headline values into ``fit``'s logs
+Callbacks, each in both families (Keras 3 here; tf_keras in :mod:`vrgd_tf.tf_keras`, of the
+same names): :class:`GSNRLogger` puts headline values into ``fit``'s logs
 (progress bar, ``History``, ``CSVLogger``, Keras' ``TensorBoard``), :class:`GSNRTensorBoard`
 writes all of them to TensorBoard. Both count steps by the optimizer's ``iterations``.
 """
@@ -50,10 +50,7 @@ __all__ = [
     "unwrap_optimizer",
     "vrgd_statistics",
     "all_weights_statistics",
-    "tf_keras_callback",
 ]
-# Also ``TfKerasGSNRTensorBoard`` and ``TfKerasGSNRLogger`` (made on first access, as they
-# import tf_keras; not in ``__all__`` for that reason).
 
 _FIELDS = STATISTICS_FIELDS
 #: Tag prefixes of the summaries over all variables (median of the GSNR, means of the rest).
@@ -654,61 +651,47 @@ class _GSNRTensorBoardMixin:
             write_gsnr_summaries(self.model.optimizer, step, self._writer)
 
 
-def _callback_class(mixin, name, callback_base, family):
+def _callback_class(mixin, name, callback_base, doc, module):
     return type(
-        name,
-        (mixin, callback_base),
-        {
-            "__module__": __name__,
-            "__qualname__": name,
-            "__doc__": mixin.__doc__.replace("\n\n", f" ({family} callback.)\n\n", 1),
-        },
+        name, (mixin, callback_base), {"__module__": module, "__qualname__": name, "__doc__": doc}
     )
+
+
+_CALLBACKS = ((_GSNRLoggerMixin, "GSNRLogger"), (_GSNRTensorBoardMixin, "GSNRTensorBoard"))
 
 
 def _keras3_callbacks():
     import keras
 
     return tuple(
-        _callback_class(mixin, name, keras.callbacks.Callback, "Keras 3")
-        for mixin, name in (
-            (_GSNRLoggerMixin, "GSNRLogger"),
-            (_GSNRTensorBoardMixin, "GSNRTensorBoard"),
+        _callback_class(
+            mixin,
+            name,
+            keras.callbacks.Callback,
+            mixin.__doc__.replace("\n\n", " (Keras 3 callback.)\n\n", 1),
+            __name__,
         )
+        for mixin, name in _CALLBACKS
     )
 
 
 GSNRLogger, GSNRTensorBoard = _keras3_callbacks()
 
-#: The tf_keras classes, made on first access: name -> class.
-_TF_KERAS_CLASSES = {}
-_TF_KERAS_MIXINS = {
-    "TfKerasGSNRLogger": _GSNRLoggerMixin,
-    "TfKerasGSNRTensorBoard": _GSNRTensorBoardMixin,
-}
 
+def _tf_keras_callbacks():
+    """The tf_keras ``GSNRLogger`` and ``GSNRTensorBoard``, which :mod:`vrgd_tf.tf_keras`
+    makes and exports (here they would import tf_keras with this module)."""
+    import tf_keras
 
-def _tf_keras_class(name="TfKerasGSNRTensorBoard"):
-    if name not in _TF_KERAS_CLASSES:
-        import tf_keras
-
-        _TF_KERAS_CLASSES[name] = _callback_class(
-            _TF_KERAS_MIXINS[name], name, tf_keras.callbacks.Callback, "tf_keras"
+    return tuple(
+        _callback_class(
+            mixin,
+            name,
+            tf_keras.callbacks.Callback,
+            f"""The tf_keras (Keras 2) callback of :class:`vrgd_tf.summaries.{name}`: the same
+    arguments and behaviour, for tf_keras models (``vrgd_tf.tf_keras`` optimizers; with
+    ``TF_USE_LEGACY_KERAS=1``, ``tf.keras`` models and ``vrgd_tf.{name}``).""",
+            "vrgd_tf.tf_keras",
         )
-    return _TF_KERAS_CLASSES[name]
-
-
-def __getattr__(name):
-    if name in _TF_KERAS_MIXINS:
-        return _tf_keras_class(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def tf_keras_callback(log_dir, update_freq=100, log_to_history=False):
-    """A :class:`GSNRTensorBoard` for tf_keras (Keras 2) models.
-
-    Same arguments as :class:`GSNRTensorBoard`; returns a ``TfKerasGSNRTensorBoard``
-    (a ``tf_keras.callbacks.Callback``, also ``vrgd_tf.tf_keras.GSNRTensorBoard``). With
-    ``TF_USE_LEGACY_KERAS=1``, ``vrgd_tf.GSNRTensorBoard`` is that class.
-    """
-    return _tf_keras_class()(log_dir, update_freq=update_freq, log_to_history=log_to_history)
+        for mixin, name in _CALLBACKS
+    )

@@ -54,7 +54,9 @@ def loopback_section(lb, lines, readme_lines=None):
             "",
             "Rows labelled *before* ran with the library's earlier single all-reduce of one "
             "`[x, x*x]` buffer; *after* with the gradients and the squares in two calls "
-            "(`vrgd_tf.gsnr.sum_with_squares` today). `sq_split` in the before rows is that "
+            "(as `vrgd_tf.gsnr.collectives.all_reduce_samples` makes them; the recorded `sq` "
+            "rows ran without the step's one-scalar count beside the squares). `sq_split` in "
+            "the before rows is that "
             "change measured alone. `bytes_per_pack` > 0: "
             "`CommunicationOptions(bytes_per_pack=...)` splits each call's tensors into packs, "
             "which helps the base on the 2x model (its gradients are many tensors) but cannot "

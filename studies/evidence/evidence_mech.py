@@ -42,9 +42,9 @@ TOY_SEEDS = 5
 def _factors(s1, s2, sizes, k, gamma):
     import tensorflow as tf
 
-    from vrgd_tf import gsnr
+    from vrgd_tf.gsnr import statistics
 
-    factor, stats = gsnr.gsnr_factors_flat(
+    factor, stats = statistics.gsnr_factors_flat(
         tf.constant(s1, tf.float32), tf.constant(s2, tf.float32), sizes, k, gamma
     )
     return factor.numpy(), stats.numpy()

@@ -9,8 +9,8 @@ Keras hands the optimizer, loss / global batch) are computed in float32. From th
 * bfloat16 statistics, as a ring all-reduce sums a bfloat16 buffer: each square rounded to
   bfloat16 and accumulated replica after replica in bfloat16 (one rounding per hop);
 
-and the factors of both with :func:`vrgd_tf.gsnr.gsnr_factors_flat` (the library's math, the
-threshold of each dtype). Reported per ``k`` and point of training: the distribution of
+and the factors of both with :func:`vrgd_tf.gsnr.statistics.gsnr_factors_flat` (the library's
+math, the threshold of each dtype). Reported per ``k`` and point of training: the distribution of
 ``|f_bf16 - f_f32|`` (median, p99, max), the fraction of elements whose clipping changes (at
 ``gamma``, at 1), the fraction with a GSNR defined in float32 but not in bfloat16, and the mean
 factor of each.
@@ -69,13 +69,14 @@ def compare(xs, sizes, gamma):
     import tensorflow as tf
 
     from vrgd_tf import gsnr
+    from vrgd_tf.gsnr import statistics
 
     k = xs.shape[0]
     s1 = tf.constant(xs.sum(0, dtype=np.float32))
     s2_32 = tf.constant(np.square(xs).sum(0, dtype=np.float32))
     s2_16 = bf16_ring_sum_of_squares(xs)
-    f32, _ = gsnr.gsnr_factors_flat(s1, s2_32, sizes, k, gamma)
-    f16, _ = gsnr.gsnr_factors_flat(s1, s2_16, sizes, k, gamma, squares_dtype="bfloat16")
+    f32, _ = statistics.gsnr_factors_flat(s1, s2_32, sizes, k, gamma)
+    f16, _ = statistics.gsnr_factors_flat(s1, s2_16, sizes, k, gamma, squares_dtype="bfloat16")
     f32, f16 = f32.numpy().astype(np.float64), f16.numpy().astype(np.float64)
     diff = np.abs(f16 - f32)
     noise32 = s2_32.numpy() - s1.numpy() ** 2 / k

@@ -46,11 +46,15 @@ The step is a composition of small stages, each a module of this package:
 * ``collectives``: every collective of the step and nothing else;
 * ``sparse``: exact statistics of sparse gradients on the rows some replica touched;
 * ``factors``, ``smoothing``, ``statistics``: pure math;
-* ``halves``: the split-half reliability of the GSNR (a diagnostic; its subsample
-  travels in an all-reduce call of its own, its values are computed at recording steps);
+* ``halves``: the split-half reliability of the GSNR in the step (a diagnostic; its
+  subsample travels in an all-reduce call of its own, its values are computed at recording
+  steps); ``reliability``: its math (pure);
 * ``state``: :class:`VRGDState` and the one place that reads and commits it;
 * ``step``: :func:`variance_reduce`, the composition, returning the gradients with a
   :class:`StepReport`.
+
+The package exports what a caller of the step or an author of ``factor_transforms`` needs
+(``__all__``); everything else is in its stage, e.g. ``vrgd_tf.gsnr.statistics.NUM_STATISTICS``.
 """
 
 import importlib as _importlib
@@ -63,35 +67,21 @@ from vrgd_tf.gsnr.options import (
     NOISE_RTOL,
     NOISE_RTOL_BFLOAT16,
     PACK_LIMIT,
-    SPARSE_STATISTICS,
-    SQUARES_DTYPES,
     noise_rtol,
-    validate_beta_3,
-    validate_factor_transforms,
-    validate_gamma,
-    validate_pack_limit,
-    validate_sparse_statistics,
-    validate_squares_dtype,
 )
 from vrgd_tf.gsnr.options import (
     VRGDSettings as VRGDSettings,  # the step's record; documented in vrgd_tf.settings
 )
 
-#: The names of the TensorFlow stages, each with the stage (module) that defines it.
+#: The public names of the TensorFlow stages, each with the stage (module) that defines it.
 _LAZY = {
-    "sum_with_squares": "collectives",
     "FactorContext": "factors",
-    "NUM_SPLIT_HALF": "halves",
     "SPLIT_HALF_FIELDS": "halves",
     "GroupSquares": "samples",
-    "smooth_factor": "smoothing",
-    "dense_gradient": "sparse",
     "VRGDState": "state",
-    "NUM_STATISTICS": "statistics",
     "STATISTICS_FIELDS": "statistics",
     "GSNRStatistics": "statistics",
     "gsnr_factor": "statistics",
-    "gsnr_factors_flat": "statistics",
     "ReducedGradients": "step",
     "StepReport": "step",
     "variance_reduce": "step",
@@ -104,6 +94,7 @@ _STAGES = (
     "options",
     "packing",
     "reductions",
+    "reliability",
     "samples",
     "smoothing",
     "sparse",
@@ -127,33 +118,21 @@ def __dir__():
     return sorted(set(globals()) | set(__all__) | set(_STAGES))
 
 
+# What a user of the step, or an author of ``factor_transforms``, needs; the rest is in the
+# stages (``from vrgd_tf.gsnr import statistics``), for this package and its tests.
 __all__ = [
-    "NOISE_RTOL",
-    "NOISE_RTOL_BFLOAT16",
-    "NUM_SPLIT_HALF",
-    "NUM_STATISTICS",
-    "PACK_LIMIT",
-    "STATISTICS_FIELDS",
-    "SPARSE_STATISTICS",
-    "SPLIT_HALF_FIELDS",
-    "SQUARES_DTYPES",
-    "FactorContext",
-    "GSNRStatistics",
-    "GroupSquares",
+    "variance_reduce",
     "ReducedGradients",
     "StepReport",
+    "GroupSquares",
     "VRGDState",
-    "dense_gradient",
+    "FactorContext",
+    "GSNRStatistics",
     "gsnr_factor",
-    "gsnr_factors_flat",
+    "STATISTICS_FIELDS",
+    "SPLIT_HALF_FIELDS",
+    "NOISE_RTOL",
+    "NOISE_RTOL_BFLOAT16",
     "noise_rtol",
-    "smooth_factor",
-    "sum_with_squares",
-    "validate_beta_3",
-    "validate_factor_transforms",
-    "validate_gamma",
-    "validate_pack_limit",
-    "validate_sparse_statistics",
-    "validate_squares_dtype",
-    "variance_reduce",
+    "PACK_LIMIT",
 ]

@@ -37,8 +37,6 @@ the gradients and when: the sums, and with them every factor and weight, are the
 for bit from run to run and with the split-half reliability on or off (spec section 4).
 
 With one sample per step there is no GSNR: :func:`sum_plain` is the base's own all-reduce.
-:func:`sum_with_squares` makes calls 1 and 2 (without a count) for callers that hold flat
-buffers.
 :func:`all_replicas_finite` is the loss-scale optimizers' all-reduced finiteness flag.
 """
 
@@ -46,16 +44,13 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf.gsnr.options import validate_squares_dtype
 from vrgd_tf.gsnr.samples import Local
-from vrgd_tf.gsnr.sparse import dense_gradient
 
 __all__ = [
     "Reduced",
     "in_replica_order",
     "all_reduce_samples",
     "sum_plain",
-    "sum_with_squares",
     "all_replicas_finite",
 ]
 
@@ -165,58 +160,3 @@ def all_replicas_finite(finite, replica_context) -> tf.Tensor:
         return finite
     not_finite = replica_context.all_reduce(_SUM, 1.0 - tf.cast(finite, tf.float32))
     return tf.equal(not_finite, 0.0)
-
-
-def sum_with_squares(
-    grads: Sequence,
-    *,
-    replica_context,
-    sq_sums: Optional[Sequence] = None,
-    squares_dtype: str = "float32",
-):
-    """VRGD's two dense collectives for a list of gradients: their SUM, then their squares'.
-
-    The first ``replica_context.all_reduce`` carries the float32 gradients (flattened, one
-    tensor each) and, for the ``tf.IndexedSlices`` ones, the strategy's own sparse SUM of
-    their rows; the second the squares (``x**2`` or the given ``sq_sums``), in float32 or,
-    with ``squares_dtype="bfloat16"``, rounded to bfloat16, summed in that dtype and returned
-    as float32. The gradient sums are float32 and as exact as without VRGD either way.
-
-    Args:
-      grads: list of ``n`` gradients (``tf.Tensor`` or ``tf.IndexedSlices``, static shapes),
-        none of them None.
-      replica_context: the ``tf.distribute.ReplicaContext`` to all-reduce in.
-      sq_sums: None, or ``n`` dense tensors of the gradients' shapes.
-      squares_dtype: ``"float32"`` or ``"bfloat16"``, the dtype the squares travel in.
-
-    Returns:
-      ``(s1, s2, sizes, dense, sparse_sums)``: float32 ``[N]`` sums of ``x`` and of ``q``
-      (the variables concatenated); the ``n`` element counts; the dense gradients; the
-      all-reduced sparse gradients, in the order they appear in ``grads``.
-
-    Raises:
-      ValueError: a gradient without a static shape, or ``sq_sums`` of other shapes.
-    """
-    dense = [dense_gradient(g) for g in grads]
-    sizes = [d.shape.num_elements() for d in dense]
-    if any(n is None for n in sizes):
-        raise ValueError(
-            "VRGD needs gradients with static shapes (as XLA and TPUs do); got "
-            f"shapes {[d.shape for d in dense]}."
-        )
-    flat = [tf.reshape(tf.cast(d, tf.float32), [-1]) for d in dense]
-    if sq_sums is None:
-        squares = [tf.square(x) for x in flat]
-    else:
-        squares = [tf.reshape(tf.cast(q, tf.float32), [-1]) for q in sq_sums]
-        if sum(q.shape.num_elements() for q in squares) != sum(sizes):
-            raise ValueError(
-                f"`sq_sums` must have the gradients' shapes ({sum(sizes)} elements in all)."
-            )
-    wire = tf.bfloat16 if validate_squares_dtype(squares_dtype) == "bfloat16" else tf.float32
-    sparse = [g for g in grads if isinstance(g, tf.IndexedSlices)]
-    first = replica_context.all_reduce(_SUM, in_replica_order(flat, squares) + sparse)
-    sq = replica_context.all_reduce(_SUM, in_replica_order([tf.cast(q, wire) for q in squares]))
-    s1 = tf.concat(first[: len(flat)], 0)
-    s2 = tf.concat([tf.cast(q, tf.float32) for q in sq], 0)
-    return s1, s2, sizes, dense, list(first[len(flat) :])

@@ -12,7 +12,7 @@ half A's replicas, 0 on the others, ``x_sub`` and ``q_sub`` a fixed strided subs
 each all-reduced variable's flat float32 gradient and of its squares (with micro-batch
 groups: the replica's group sums; float32 whatever ``squares_dtype``). At recording steps
 :func:`rows` correlates the two halves' log GSNR on that subsample
-(:func:`vrgd_tf.split_half.split_half_reliability`).
+(:func:`vrgd_tf.gsnr.reliability.split_half_reliability`).
 
 The subsample of a variable keeps about one element in ``stride`` (the aggregator's
 ``statistics_interval``), at least ``min(size, 64)`` and at most 4096
@@ -30,8 +30,8 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from vrgd_tf import split_half as split_half_lib
 from vrgd_tf.gsnr import layout as layout_lib
+from vrgd_tf.gsnr import reliability
 
 __all__ = [
     "SUBSAMPLE_FLOOR",
@@ -54,7 +54,7 @@ SUBSAMPLE_FLOOR = 64
 SUBSAMPLE_CAP = 4096
 
 #: The per-variable values recorded, in storage order: the fields of
-#: :class:`vrgd_tf.split_half.SplitHalf` as named in ``vrgd_statistics()`` rows.
+#: :class:`vrgd_tf.gsnr.reliability.SplitHalf` as named in ``vrgd_statistics()`` rows.
 SPLIT_HALF_FIELDS = (
     "reliability",
     "reliability_correlation",
@@ -159,7 +159,7 @@ def rows(plan_: Plan, layout, summed, rtol: float) -> tf.Tensor:
     s1 = _subsample_blocks(plan_, summed.s1)
     s2 = _subsample_blocks(plan_, summed.s2)
     s1_a, s2_a = tf.split(summed.half, 2)
-    result = split_half_lib.split_half_reliability(
+    result = reliability.split_half_reliability(
         s1, s2, s1_a, s2_a, plan_.num_samples, plan_.num_samples_a, plan_.sizes, rtol=rtol
     )
     measured = tf.stack(

@@ -231,7 +231,7 @@ def gsnr_factor(
 ) -> Tuple[tf.Tensor, GSNRStatistics]:
     """The VRGD factor of one variable from its cross-replica sums (eqs. 7 to 9).
 
-    :func:`gsnr_factors_flat` for a single variable.
+    ``vrgd_tf.gsnr.statistics.gsnr_factors_flat`` (the packed form) for a single variable.
 
     Args:
       s1: float32 tensor, any static shape: ``sum_d x_d`` over the ``num_replicas`` replicas.

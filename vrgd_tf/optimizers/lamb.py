@@ -9,61 +9,13 @@ What LAMB and LARS share (trust ratio, float32 compute dtype, exclusions) is in
 :mod:`vrgd_tf.optimizers.layerwise`.
 """
 
-import warnings
-
 import keras
 from keras import ops
 
 from vrgd_tf import validation
-
-# Re-exported: they lived here before vrgd_tf.optimizers.layerwise.
 from vrgd_tf.optimizers.layerwise import LayerwiseOptimizer, compute_dtype, trust_ratio
 
-__all__ = ["Lamb", "LayerwiseOptimizer", "compute_dtype", "set_exclusions", "trust_ratio"]
-
-
-def set_exclusions(optimizer, exclude_from_weight_decay, exclude_from_layer_adaptation):
-    """Deprecated: pass both lists to the constructor of :class:`Lamb` or ``Lars``.
-
-    Replaces both exclusion lists of an unbuilt ``optimizer`` (a
-    :class:`~vrgd_tf.optimizers.layerwise.LayerwiseOptimizer`) as the constructor sets them:
-    ``exclude_from_layer_adaptation`` None or empty means the weight-decay exclusions, as
-    in Model Garden. Kept so that code written against 0.1 keeps working; it warns once per
-    call site (``DeprecationWarning``).
-
-    Args:
-      optimizer: a :class:`Lamb`, ``Lars`` or VRGD subclass, not yet built.
-      exclude_from_weight_decay: None or list of regex strings (``re.search`` on
-        ``variable.path``).
-      exclude_from_layer_adaptation: None or list of regex strings.
-
-    Raises:
-      TypeError: ``optimizer`` is not a LayerwiseOptimizer, or a list is a bare string or
-        holds a non-string.
-      ValueError: ``optimizer`` is already built, or a pattern is not a regular expression.
-    """
-    warnings.warn(
-        "vrgd_tf.optimizers.lamb.set_exclusions is deprecated: pass "
-        "`exclude_from_weight_decay=` and `exclude_from_layer_adaptation=` to the optimizer's "
-        "constructor instead.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if not isinstance(optimizer, LayerwiseOptimizer):
-        raise TypeError(
-            "`optimizer` must be a vrgd_tf Lamb or Lars (or their VRGD subclasses); got "
-            f"{type(optimizer).__name__}."
-        )
-    if optimizer.built:
-        raise ValueError(
-            f"set_exclusions: {optimizer.name} is already built; the exclusions are read when "
-            "the update is traced. Pass them to the constructor."
-        )
-    patterns = validation.check_exclusion_list(
-        "exclude_from_weight_decay", exclude_from_weight_decay
-    )
-    optimizer.exclude_from_layer_adaptation = exclude_from_layer_adaptation
-    optimizer._exclusion_patterns = patterns
+__all__ = ["Lamb"]
 
 
 @keras.saving.register_keras_serializable(package="vrgd_tf")

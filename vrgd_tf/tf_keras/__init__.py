@@ -5,13 +5,14 @@
 GSNR step plugs in, loss scaling, low-precision variables and checkpoint slots: see
 :mod:`vrgd_tf.tf_keras.optimizers`, where the classes live. Needs the ``model-garden`` extra
 (``tf-models-official``, ``tf-keras``). The diagnostics callbacks for tf_keras ``fit``:
-``GSNRLogger`` and ``GSNRTensorBoard`` (:mod:`vrgd_tf.summaries`, there named
-``TfKerasGSNRLogger`` and ``TfKerasGSNRTensorBoard``).
+``GSNRLogger`` and ``GSNRTensorBoard``, the tf_keras classes of those of
+:mod:`vrgd_tf.summaries`.
 """
 
-from vrgd_tf.summaries import TfKerasGSNRLogger as GSNRLogger
-from vrgd_tf.summaries import TfKerasGSNRTensorBoard as GSNRTensorBoard
+from vrgd_tf import summaries as _summaries
 from vrgd_tf.tf_keras.optimizers import VRGDSGD, VRGDAdam, VRGDLamb, VRGDLars, make_vrgd_optimizer
+
+GSNRLogger, GSNRTensorBoard = _summaries._tf_keras_callbacks()
 
 __all__ = [
     "VRGDSGD",

@@ -36,7 +36,8 @@ from official.modeling.optimization import lars as _mg_lars
 from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
-from vrgd_tf import common, gsnr, settings, validation
+from vrgd_tf import common, settings, validation
+from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
 
@@ -74,7 +75,7 @@ def _state_shape(kind, variable):
       ValueError: an unknown ``kind``.
     """
     if kind == "statistics":
-        return [gsnr.NUM_STATISTICS]
+        return [NUM_STATISTICS]
     if kind == "deficit":
         return variable.shape
     if kind == "correction":
