@@ -11,13 +11,23 @@ steps, each a ``tf.function`` (graph mode, then ``jit_compile=True``):
   lamb   ``vrgd_tf.Lamb(1e-4, weight_decay_rate=0.01).apply_gradients`` of the gradients;
   vrgd   ``vrgd_tf.VRGDLamb`` with the same arguments and the VRGD defaults (``gamma=0.1``,
          ``beta_3=0.9``, statistics every step) applying the same gradients as the sum of
-         ``m = 4`` groups (``apply_grouped_gradients(..., sq_sums, num_groups=4)``, k = 4).
+         ``m = 4`` groups (``apply_grouped_gradients(..., sq_sums, num_groups=4)``, k = 4);
+  vrgd_nostats  the same with ``statistics_interval=0`` (no recording branch);
+  floor  the fused floor (issue 39): :func:`floor_step`, the same GSNR math as one minimal
+         function per variable (reads ``S1``, ``S2`` and the deficit, one reduction, writes
+         the deficit and ``f * S1``), no optimizer;
+  stage_<s>  the library's GSNR step alone (``vrgd_tf.gsnr``'s stage functions, no
+         optimizer), cumulatively up to stage ``s`` of :data:`STAGES` (``sums``, ``factors``,
+         ``smoothed``, ``recorded``), and ``stage_library``, ``variance_reduce`` itself; each
+         writes its ``f * S1`` into variables, as the floor does.
 
 Timing: every step of both modes is traced and warmed up, then each of ``--reps``
-repetitions times all six once (``--steps`` calls each), in an order rotated per repetition.
+repetitions times all of them once (``--steps`` calls each), in an order rotated per repetition.
 Reported per mode, from the medians and from the minima over the repetitions:
 ``lamb_passes = lamb / pass``, ``vrgd_passes = vrgd / pass`` and ``gsnr_passes =
-(vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24). The numbers are of
+(vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24), the same without the
+recording branch (``gsnr_nostats_passes``), ``floor_passes = floor / pass`` and the stage
+prefixes' ``stage / pass`` (``stage_passes``). The numbers are of
 this machine and its load (2 cores shared with other work): read the ratios, not the times.
 At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL per mode, exit
 status 1 on a failure (``--quick``: informative only).
@@ -80,20 +90,152 @@ def _variables(shapes):
     return weights, grads, squares
 
 
+def _clip(x, low):
+    """``min(max(x, low), 1)`` in one kernel (as ``vrgd_tf.gsnr.factors.clip``)."""
+    return tf.raw_ops.ClipByValue(t=x, clip_value_min=tf.cast(low, x.dtype), clip_value_max=1.0)
+
+
+def floor_step(s1s, s2s, deficits, corrections, outputs, k, gamma, beta_3, rtol):
+    """The fused floor: the GSNR math of one step (``squares`` of ``k`` samples given, one
+    device, ``beta_3 > 0``, a finite step with a GSNR) written as plainly as it goes, per
+    variable: read ``S1`` and ``S2`` (variables), ``r = signal / noise`` with the noise
+    threshold, one reduction (the count of defined elements and the sum of ``r``), the factor
+    ``clip(r / mean(r), gamma, 1)``, the momentum in the deficit form of
+    ``vrgd_tf.gsnr.smoothing`` (read and write the deficit and the scalar correction) and one
+    write of ``f * S1`` into ``outputs``. No packing, no contributing-samples test, no
+    conditional, no statistics: the passes that the math itself needs (about two reads of the
+    sums, one read and one write of the deficit, one write of the output).
+
+    Args:
+      s1s, s2s, deficits, outputs: float32 variables, one per variable, of its shape.
+      corrections: float32 scalar variables, ``c_{t-1}``.
+      k: Python int, the samples; gamma, beta_3, rtol: Python floats.
+    """
+    for v1, v2, d, c, o in zip(s1s, s2s, deficits, corrections, outputs):
+        s1, s2 = v1.read_value(), v2.read_value()
+        signal = tf.square(s1) * (1.0 / k)
+        noise = s2 - signal
+        defined = noise > (rtol * k) * s2
+        ratio = tf.math.divide_no_nan(signal, tf.where(defined, noise, 0.0))
+        num_defined = tf.reduce_sum(tf.cast(defined, tf.float32))
+        mean_ratio = tf.math.divide_no_nan(tf.reduce_sum(ratio), num_defined)
+        usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
+        safe = tf.where(usable, mean_ratio, 1.0)
+        low = tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
+        f = tf.where(defined, _clip(ratio / safe, low), 1.0)
+        c_t = beta_3 * c.read_value() + (1.0 - beta_3)
+        d_t = beta_3 * d.read_value() + (1.0 - beta_3) * (1.0 - f)
+        p_hat = _clip(1.0 - d_t / c_t, gamma)
+        d.assign(d_t)
+        c.assign(c_t)
+        o.assign(p_hat * s1)
+
+
+def _plain_state(variables, beta_3):
+    """A ``VRGDState`` of plain (not replica-local) variables, for one device."""
+    from vrgd_tf import gsnr
+
+    state = gsnr.VRGDState(
+        lambda kind, i, shape, ref: tf.Variable(tf.zeros(shape), trainable=False), id, beta_3
+    )
+    state.add_variables(variables)
+    return state
+
+
+#: The library's stages, composed cumulatively from ``vrgd_tf.gsnr.step``'s functions: each
+#: prefix ends by writing ``f * S1`` into output variables (``f = 1`` before the factors).
+STAGES = ("sums", "factors", "smoothed", "recorded")
+
+
+def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
+    """One GSNR step of the library up to and including ``stage`` (of :data:`STAGES`), on one
+    device: layout, this replica's samples (with the contributing-samples test), the
+    collectives, the sums; then (``factors``) the raw factors and the report; (``smoothed``)
+    the momentum, its state read and committed in a ``tf.cond``; (``recorded``) the
+    diagnostics in a ``tf.cond``. Writes the step's outputs into ``outputs``. Uses the
+    library's private stage functions (measurement only: follows ``variance_reduce``)."""
+    from vrgd_tf.gsnr import collectives, halves
+    from vrgd_tf.gsnr import layout as layout_lib
+    from vrgd_tf.gsnr import samples as samples_lib
+    from vrgd_tf.gsnr import step as step_lib
+
+    level = STAGES.index(stage)
+    ctx = tf.distribute.get_replica_context()
+    layout = layout_lib.build_layout(
+        grads,
+        variables,
+        state,
+        num_replicas=1,
+        num_groups=k,
+        squares_given=True,
+        sparse_statistics=settings.sparse_statistics,
+        pack_limit=settings.pack_limit,
+    )
+    plan = halves.plan(layout, settings.split_half_stride)
+    local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares), ctx)
+    reduced = collectives.all_reduce_samples(local, ctx, settings.squares_dtype)
+    summed = samples_lib.assemble(layout, grads, reduced)
+    applied = [1.0] * len(layout.blocks)
+    if level >= 1:
+        raw = step_lib._factors(layout, summed, settings)
+        report = step_lib._report(layout, summed, raw, plan)
+        factors = step_lib._Factors(raw, [f.factor for f in raw], None)
+        if level >= 2:
+            factors = step_lib._smoothed(layout, state, summed, raw, report, settings)
+        if level >= 3:
+            step_lib._record(layout, state, summed, plan, factors, report, True, settings)
+        applied = factors.applied
+    for o, out in zip(outputs, step_lib._outputs(layout, summed, applied)):
+        o.assign(out)
+
+
+def library_step(grads, squares, variables, state, outputs, k, settings, record=True):
+    """``vrgd_tf.gsnr.variance_reduce`` on one device, its outputs written into ``outputs``."""
+    from vrgd_tf import gsnr
+
+    out = gsnr.variance_reduce(
+        grads,
+        variables,
+        state=state,
+        record_statistics=record,
+        squares=gsnr.GroupSquares(list(squares), k),
+        settings=settings,
+    )
+    for o, x in zip(outputs, out):
+        o.assign(x)
+
+
 def _steps(shapes, grads, squares, weights, jit_compile):
-    """``{name: tf.function}`` of the three steps of one mode, on fresh variables."""
+    """``{name: tf.function}`` of the steps of one mode, on fresh variables."""
     import vrgd_tf
+    from vrgd_tf.settings import VRGDSettings
 
     n = int(sum(int(np.prod(s)) for s in shapes))
     src = tf.Variable(tf.zeros([n]), trainable=False)
     dst = tf.Variable(tf.zeros([n]), trainable=False)
     kwargs = dict(learning_rate=1e-4, weight_decay_rate=0.01)
     lamb, vrgd = vrgd_tf.Lamb(**kwargs), vrgd_tf.VRGDLamb(**kwargs)
+    nostats = vrgd_tf.VRGDLamb(statistics_interval=0, **kwargs)
     lamb_w = [tf.Variable(w) for w in weights]
     vrgd_w = [tf.Variable(w) for w in weights]
+    nostats_w = [tf.Variable(w) for w in weights]
     lamb.build(lamb_w)
     vrgd.build(vrgd_w)
+    nostats.build(nostats_w)
     assert vrgd.beta_3 == 0.9 and vrgd.statistics_interval == 1 and vrgd.gamma == 0.1
+    settings = VRGDSettings(beta_3=0.9)
+    assert settings.gamma == vrgd.gamma
+    k = NUM_GROUPS
+
+    def fresh(tensors):
+        return [tf.Variable(tf.zeros_like(t), trainable=False) for t in tensors]
+
+    floor_d = fresh(weights)
+    floor_c = [tf.Variable(0.0, trainable=False) for _ in weights]
+    floor_o = fresh(weights)
+    stage_w = [tf.Variable(w) for w in weights]  # only named by the layout (never written)
+    stage_states = {s: _plain_state(stage_w, 0.9) for s in STAGES + ("library",)}
+    stage_o = {s: fresh(weights) for s in STAGES + ("library",)}
 
     def copy():
         dst.assign(src + 1.0)
@@ -108,7 +250,29 @@ def _steps(shapes, grads, squares, weights, jit_compile):
             num_groups=NUM_GROUPS,
         )
 
-    fns = {"pass": copy, "lamb": base, "vrgd": vr}
+    def vr_nostats():
+        nostats.apply_grouped_gradients(
+            list(zip([g.read_value() for g in grads], nostats_w)),
+            [q.read_value() for q in squares],
+            num_groups=NUM_GROUPS,
+        )
+
+    def floor():
+        floor_step(grads, squares, floor_d, floor_c, floor_o, k, 0.1, 0.9, settings.rtol)
+
+    def prefix(stage):
+        def fn():
+            g, q = [x.read_value() for x in grads], [x.read_value() for x in squares]
+            o, st = stage_o[stage], stage_states[stage]
+            if stage == "library":
+                library_step(g, q, stage_w, st, o, k, settings)
+            else:
+                stage_prefix(stage, g, q, stage_w, st, o, k, settings)
+
+        return fn
+
+    fns = {"pass": copy, "lamb": base, "vrgd": vr, "vrgd_nostats": vr_nostats, "floor": floor}
+    fns.update({f"stage_{s}": prefix(s) for s in STAGES + ("library",)})
     return {k: tf.function(f, jit_compile=jit_compile) for k, f in fns.items()}, vrgd
 
 
@@ -144,12 +308,15 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
     for jit in (False, True):
         row = {"jit_compile": jit}
         for stat, fn in (("median", np.median), ("min", np.min)):
-            t = {name: float(fn(times[(jit, name)])) for name in ("pass", "lamb", "vrgd")}
+            t = {name: float(fn(times[(j, name)])) for j, name in keys if j == jit}
             row[stat] = {
                 "ms": {name: v * 1e3 for name, v in t.items()},
                 "lamb_passes": t["lamb"] / t["pass"],
                 "vrgd_passes": t["vrgd"] / t["pass"],
                 "gsnr_passes": (t["vrgd"] - t["lamb"]) / t["pass"],
+                "gsnr_nostats_passes": (t["vrgd_nostats"] - t["lamb"]) / t["pass"],
+                "floor_passes": t["floor"] / t["pass"],
+                "stage_passes": {s: t[f"stage_{s}"] / t["pass"] for s in STAGES + ("library",)},
             }
         stats = optimizers[jit].vrgd_statistics()
         row["mean_factor"] = float(np.mean([s["mean_factor"] for s in stats.values()]))
@@ -158,7 +325,9 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
             f"jit_compile={jit}: pass {med['ms']['pass']:.2f} ms, LAMB "
             f"{med['lamb_passes']:.1f} passes, VRGD {med['vrgd_passes']:.1f}, GSNR part "
             f"{med['gsnr_passes']:.1f} (min-based {row['min']['gsnr_passes']:.1f}; mean factor "
-            f"{row['mean_factor']:.3f})"
+            f"{row['mean_factor']:.3f}); without statistics {med['gsnr_nostats_passes']:.1f}; "
+            f"fused floor {med['floor_passes']:.1f}; library stages (cumulative) "
+            + ", ".join(f"{s} {v:.1f}" for s, v in med["stage_passes"].items())
         )
         rows.append(row)
     return rows
