@@ -37,11 +37,11 @@ if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
+import passes  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from bert_shapes import BERT_TINY_SHAPES, QUICK_SHAPES  # noqa: E402
 
 import harness  # noqa: E402
-import passes  # noqa: E402
 
 #: Ops that alias their input or touch no tensor memory (cost 0 in the graph-mode model).
 _FREE = {
@@ -272,6 +272,7 @@ def _functions(shapes, jit_compile):
     squares = [tf.Variable(np.square(rng.standard_normal(s)).astype(np.float32)) for s in shapes]
     weights = zeros()
     fns = {}
+
     def prefix(stage):
         state, outputs = passes._plain_state(weights, 0.9), zeros()
 
