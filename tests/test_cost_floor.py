@@ -78,5 +78,29 @@ class FloorTest(tf.test.TestCase):
         self._run(True)
 
 
+class QuickRunTest(tf.test.TestCase):
+    """``passes.py --quick`` and ``stage_ops.py --quick`` run and report every arm."""
+
+    def test_passes_quick_reports_the_floor_the_nostats_arm_and_the_stages(self):
+        out = os.path.join(self.get_temp_dir(), "passes.json")
+        doc = passes.main(["--quick", "--reps=1", "--steps=1", f"--out={out}"])
+        for row in doc["rows"]:
+            for key in ("floor_passes", "gsnr_nostats_passes", "gsnr_passes"):
+                self.assertGreater(row["median"][key], 0.0)
+            self.assertEqual(set(row["median"]["stage_passes"]), set(passes.STAGES) | {"library"})
+
+    def test_stage_ops_counts_every_prefix_in_both_modes(self):
+        import stage_ops
+
+        out = os.path.join(self.get_temp_dir(), "stage_ops.json")
+        doc = stage_ops.main(["--quick", f"--out={out}"])
+        counts = {(r["jit_compile"], r["step"]): r["counts"] for r in doc["rows"]}
+        for jit in (False, True):
+            self.assertAlmostEqual(counts[(jit, "pass")]["model passes"], 1.0 + jit, places=3)
+            # variance_reduce is the last prefix, op for op.
+            self.assertEqual(counts[(jit, "library")], counts[(jit, "recorded")])
+            self.assertEqual(counts[(jit, "library_nostats")], counts[(jit, "smoothed")])
+
+
 if __name__ == "__main__":
     tf.test.main()
