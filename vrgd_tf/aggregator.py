@@ -16,15 +16,9 @@ import tensorflow as tf
 
 from vrgd_tf import gsnr, step_warnings, strategies
 from vrgd_tf.gsnr.statistics import has_gsnr
-from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, signature_parameters
+from vrgd_tf.settings import DEFAULTS, VRGDSettings, args_doc, expose, resolve, signature_parameters
 
 __all__ = ["GSNRAggregator", "has_gsnr"]
-
-
-def _replica_local_variable(kind, index, shape, reference):
-    """A zero float32 ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` (standalone state)."""
-    del reference
-    return gsnr.state.replica_local_variable(shape, f"vrgd_{kind}_{index}")
 
 
 @expose(lambda self: self.settings)
@@ -114,17 +108,15 @@ class GSNRAggregator(tf.Module):
         **setting_values,
     ):
         super().__init__(name=name)
-        self.settings = _settings(settings, setting_values)
+        self.settings = resolve(settings, setting_values, "GSNRAggregator")
         self._owner = owner or name
         self._standalone = make_variable is None
-        self._make_variable = make_variable or _replica_local_variable
-        self._var_key = var_key or _default_var_key
+        self._make_variable = make_variable or gsnr.state.standalone_variable
+        self._var_key = var_key or gsnr.state.default_var_key
         self._warnings = step_warnings.StepWarnings(self._owner)
         self.state = None
         self._steps = None
         strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
-
-    # --- state ----------------------------------------------------------------------------
 
     def build(self, variables: Sequence) -> None:
         """Creates the state of ``variables`` not seen before (call in the strategy scope).
@@ -157,8 +149,6 @@ class GSNRAggregator(tf.Module):
     @property
     def built(self) -> bool:
         return self.state is not None
-
-    # --- the step -------------------------------------------------------------------------
 
     def __call__(
         self,
@@ -296,8 +286,6 @@ class GSNRAggregator(tf.Module):
         step = tf.cast(step, tf.int64) + 1
         return tf.equal(step % self.statistics_interval, 0)
 
-    # --- diagnostics and config ------------------------------------------------------------
-
     def statistics(self) -> Dict[str, Dict[str, float]]:
         """The last recorded step's diagnostics per variable (first replica's copy).
 
@@ -354,22 +342,6 @@ GSNRAggregator.__signature__ = inspect.Signature(
 )
 
 
-def _settings(settings, values) -> VRGDSettings:
-    """The aggregator's checked settings: ``settings``, or the defaults with ``values``."""
-    if settings is None:
-        return DEFAULTS.replace(**values)
-    if values:
-        raise TypeError(
-            f"GSNRAggregator: pass either `settings` or the settings one by one, not both "
-            f"(got `settings` and {sorted(values)})."
-        )
-    if not isinstance(settings, VRGDSettings):
-        raise TypeError(
-            f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
-        )
-    return settings
-
-
 def _share(g, replicas: int):
     """``g / replicas``: one replica's share of a summed gradient (None stays None; a
     sparse gradient's values are divided)."""
@@ -380,14 +352,3 @@ def _share(g, replicas: int):
             g.values / tf.cast(replicas, g.values.dtype), g.indices, g.dense_shape
         )
     return g / tf.cast(replicas, g.dtype)
-
-
-def _default_var_key(variable):
-    """``id`` of a variable, of its distributed container under a strategy."""
-    v = getattr(variable, "value", variable)  # keras.Variable -> tf.Variable
-    if callable(v) and not isinstance(v, tf.Variable):
-        v = variable
-    container = getattr(v, "_distributed_container", None)
-    if container is not None:
-        v = container()
-    return id(v)

@@ -37,6 +37,7 @@ __all__ = [
     "args_doc",
     "check_values",
     "expose",
+    "resolve",
     "signature_parameters",
 ]
 
@@ -158,3 +159,25 @@ def expose(settings_of: Callable[[Any], VRGDSettings]):
 
 def _read(settings_of, name, obj):
     return getattr(settings_of(obj), name)
+
+
+def resolve(settings, values: Mapping[str, Any], owner: str) -> VRGDSettings:
+    """The checked settings of a constructor that takes either ``settings`` (a
+    :class:`VRGDSettings`) or the settings one by one (``values``), over :data:`DEFAULTS`.
+
+    Raises:
+      TypeError: both given, ``settings`` of another type, or an unknown setting.
+      ValueError: a value outside its range.
+    """
+    if settings is None:
+        return DEFAULTS.replace(**values)
+    if values:
+        raise TypeError(
+            f"{owner}: pass either `settings` or the settings one by one, not both "
+            f"(got `settings` and {sorted(values)})."
+        )
+    if not isinstance(settings, VRGDSettings):
+        raise TypeError(
+            f"`settings` must be a vrgd_tf.settings.VRGDSettings; got {type(settings).__name__}."
+        )
+    return settings

@@ -39,6 +39,24 @@ def replica_local_variable(shape, name) -> tf.Variable:
     )
 
 
+def standalone_variable(kind, index, shape, reference) -> tf.Variable:
+    """The default ``make_variable`` of a standalone aggregator: a zero float32 ON_READ /
+    ONLY_FIRST_REPLICA ``tf.Variable`` named ``vrgd_{kind}_{index}``."""
+    del reference
+    return replica_local_variable(shape, f"vrgd_{kind}_{index}")
+
+
+def default_var_key(variable):
+    """``id`` of a variable, of its distributed container under a strategy."""
+    v = getattr(variable, "value", variable)  # keras.Variable -> tf.Variable
+    if callable(v) and not isinstance(v, tf.Variable):
+        v = variable
+    container = getattr(v, "_distributed_container", None)
+    if container is not None:
+        v = container()
+    return id(v)
+
+
 class VRGDState:
     """The per-variable state of VRGD, created by the optimizer's ``build``.
 
