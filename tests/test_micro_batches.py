@@ -406,10 +406,6 @@ class LossScaleTest(tf.test.TestCase):
                     mean_factor=0.0,
                     norm_ratio=0.0,
                     has_gsnr=False,
-                    reliability=0.0,
-                    reliability_correlation=0.0,
-                    reliability_pairs=0,
-                    reliability_defined=False,
                 ),
             )
 
