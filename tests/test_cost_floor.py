@@ -85,8 +85,10 @@ class QuickRunTest(tf.test.TestCase):
         out = os.path.join(self.get_temp_dir(), "passes.json")
         doc = passes.main(["--quick", "--reps=1", "--steps=1", f"--out={out}"])
         for row in doc["rows"]:
+            # A quick run's timings are noise (one call, a loaded machine): differences such
+            # as the GSNR part may come out negative; the arms must be there and finite.
             for key in ("floor_passes", "gsnr_nostats_passes", "gsnr_passes"):
-                self.assertGreater(row["median"][key], 0.0)
+                self.assertTrue(np.isfinite(row["median"][key]), key)
             self.assertEqual(set(row["median"]["stage_passes"]), set(passes.STAGES) | {"library"})
 
     def test_stage_ops_counts_every_prefix_in_both_modes(self):

@@ -55,7 +55,7 @@ class StatisticsRowsTest(tf.test.TestCase):
         x, y = _data()
         with util.strategy_for(2).scope():
             model = _linear_model()
-        with self.assertLogs(level="WARNING") as logs:
+        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             model.train_on_batch(x, y)
         self.assertTrue(any("no variable had a defined GSNR" in m for m in logs.output))
         stats = vrgd_tf.vrgd_statistics(model.optimizer)
