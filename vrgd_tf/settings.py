@@ -26,7 +26,7 @@ import functools
 import inspect
 from typing import Any, Callable, List, Mapping, Tuple
 
-from vrgd_tf.gsnr.options import VRGDSettings
+from vrgd_tf.gsnr.options import CONFIG_KEYS, NAMES, VRGDSettings
 
 __all__ = [
     "VRGDSettings",
@@ -49,12 +49,6 @@ DEFAULTS = VRGDSettings()
 #: classes of both families (``VRGDAdam``, ``VRGDLamb``); the others default to
 #: ``DEFAULTS.beta_3`` (the raw factor, as the paper's VR-SGD and VR-LARS).
 ADAPTIVE_BETA_3 = 0.9
-#: The setting names, in order.
-NAMES: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(VRGDSettings))
-#: The settings that are config keys (``get_config``, Model Garden), in order.
-CONFIG_KEYS: Tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(VRGDSettings) if f.metadata["serialized"]
-)
 
 
 def _fields():

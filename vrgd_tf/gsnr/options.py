@@ -386,22 +386,22 @@ class VRGDSettings:
           TypeError: a name that is not a setting; or a value of the wrong type.
           ValueError: a value outside its range.
         """
-        names = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(changes) - set(names))
+        unknown = sorted(set(changes) - set(NAMES))
         if unknown:
-            raise TypeError(f"Unknown VRGD setting(s) {unknown}; the settings are {names}.")
+            raise TypeError(f"Unknown VRGD setting(s) {unknown}; the settings are {list(NAMES)}.")
         return dataclasses.replace(self, **changes)
 
     def get_config(self) -> Dict[str, Any]:
         """``{key: value}`` of the serialized settings (the config keys, in order)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.metadata["serialized"]
-        }
+        return {key: getattr(self, key) for key in CONFIG_KEYS}
 
     def pop_from(self, kwargs: Dict[str, Any]) -> "VRGDSettings":
         """These settings updated by the setting names in ``kwargs``, which are removed from
         it (a constructor's ``**kwargs``: what remains is the base's). Checked."""
-        names = [f.name for f in dataclasses.fields(self)]
-        return self.replace(**{name: kwargs.pop(name) for name in names if name in kwargs})
+        return self.replace(**{name: kwargs.pop(name) for name in NAMES if name in kwargs})
+
+
+#: The setting names, in order.
+NAMES = tuple(f.name for f in dataclasses.fields(VRGDSettings))
+#: The settings that are config keys (``get_config``, Model Garden), in order.
+CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(VRGDSettings) if f.metadata["serialized"])
