@@ -38,8 +38,10 @@ def _family(name):
 
 def _plain(name):
     """A variable's name without the scopes that depend on how it was made (the optimizer's
-    name scope of a tf_keras slot restored late; the model's name before a load)."""
-    return re.sub(r"^(VRGDLamb/)?(sequential_)?", "", name)
+    name scope of a tf_keras slot restored late, a Keras 3 optimizer's default name, which
+    was its class name when the files were made and is unique per instance now; the model's
+    name before a load). Checkpoints key variables by the object graph, not by name."""
+    return re.sub(r"^((VRGDLamb|vrgd_lamb(_\d+)?)/)?(sequential_)?", "", name)
 
 
 class SavedFormatsTest(tf.test.TestCase):

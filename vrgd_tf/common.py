@@ -101,7 +101,8 @@ def vrgd_class(*, default_beta_3=settings.DEFAULTS.beta_3, register=None, module
         )
         cls._vrgd_base_class = base_class
         cls.default_settings = defaults
-        cls.__signature__ = vrgd_signature(base_class, defaults, cls.__name__)
+        default_name = cls.__name__ if cls._vrgd_name_is_class_name else None
+        cls.__signature__ = vrgd_signature(base_class, defaults, default_name)
         cls.__doc__ = head + "\n" + class_doc(defaults)
         if module is not None:
             cls.__module__ = module
@@ -178,11 +179,13 @@ def check_not_vrgd(base_class) -> None:
         )
 
 
-def vrgd_signature(base_cls, defaults: settings.VRGDSettings, class_name: str) -> inspect.Signature:
+def vrgd_signature(
+    base_cls, defaults: settings.VRGDSettings, default_name: Optional[str]
+) -> inspect.Signature:
     """The constructor signature of a VRGD class: the base class's (with ``name`` defaulting
-    to ``class_name``), plus the keyword-only settings with ``defaults``' values."""
+    to ``default_name``), plus the keyword-only settings with ``defaults``' values."""
     params = [
-        p.replace(default=class_name) if p.name == "name" else p
+        p.replace(default=default_name) if p.name == "name" else p
         for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
     ]
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
@@ -252,6 +255,11 @@ class VRGDCommon:
     _vrgd_densify_sparse = False
     #: Constructor arguments the base needs > 0 (checked with the others, by name).
     _vrgd_positive_args = ()
+    #: An instance made without ``name=`` is named as its family's Keras names its own
+    #: optimizers: True, the class name (tf_keras: every ``SGD`` is "SGD"); False, the
+    #: base's ``name=None`` (Keras 3: the class name in snake case, made unique in the
+    #: process: "vrgd_lamb", "vrgd_lamb_1", as ``SGD`` gives "sgd", "sgd_1").
+    _vrgd_name_is_class_name = True
 
     def __init__(self, *args, **kwargs):
         base = self._vrgd_base_class
@@ -265,7 +273,7 @@ class VRGDCommon:
         check_base_arguments(base, args, kwargs, positive=self._vrgd_positive_args)
         params = list(inspect.signature(base.__init__).parameters)
         if "name" not in kwargs and ("name" not in params or len(args) < params.index("name") - 1):
-            kwargs["name"] = type(self).__name__
+            kwargs["name"] = type(self).__name__ if self._vrgd_name_is_class_name else None
         super().__init__(*args, **kwargs)
         # Not a checkpoint dependency of the optimizer: its variables are the optimizer's
         # own (each family's make_variable tracks them), keyed as before.

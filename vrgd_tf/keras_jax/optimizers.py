@@ -83,7 +83,9 @@ class VRGDOptimizer:
         refuse_unsupported(vrgd_settings, owner)
         params = list(inspect.signature(self._vrgd_base_class.__init__).parameters)
         if "name" not in kwargs and ("name" not in params or len(args) < params.index("name") - 1):
-            kwargs["name"] = owner
+            # Keras 3's default name: the class name in snake case, made unique
+            # ("vrgd_lamb", "vrgd_lamb_1", ...), as the TensorFlow family's.
+            kwargs["name"] = None
         super().__init__(*args, **kwargs)
         self._vrgd_settings = vrgd_settings
         self._vrgd_in_step = False
@@ -206,9 +208,9 @@ class VRGDOptimizer:
         return out
 
 
-def _signature(base_cls, defaults, class_name):
+def _signature(base_cls, defaults):
     params = [
-        p.replace(default=class_name) if p.name == "name" else p
+        p.replace(default=None) if p.name == "name" else p
         for p in list(inspect.signature(base_cls.__init__).parameters.values())[1:]
     ]
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
@@ -220,7 +222,7 @@ def _complete(cls, base_class, default_beta_3, register=True):
     defaults = settings.DEFAULTS.replace(beta_3=default_beta_3)
     cls._vrgd_base_class = base_class
     cls.default_settings = defaults
-    cls.__signature__ = _signature(base_class, defaults, cls.__name__)
+    cls.__signature__ = _signature(base_class, defaults)
     head = cls.__dict__.get("__doc__") or f"VRGD version of `{base_class.__name__}` (JAX).\n"
     cls.__doc__ = head + "\n    VRGD arguments (docs/spec.md):\n" + settings.args_doc(defaults)
     # Registered under the JAX backend only: the TensorFlow family registers the same names

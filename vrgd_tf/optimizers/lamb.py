@@ -40,7 +40,8 @@ class Lamb(LayerwiseOptimizer):
         name (Keras') adds to it, see :meth:`exclude_from_weight_decay`.
       exclude_from_layer_adaptation: None or list of regex strings; matching variables get
         trust ratio 1. None (or empty) means: the weight-decay exclusions.
-      name: string. Default ``"LAMB"``.
+      name: string, or None (the default) for Keras' default name: "lamb", then
+        "lamb_1", ... in a process.
       **kwargs: the Keras 3 optimizer base arguments (``clipnorm``, ``global_clipnorm``,
         ``use_ema``, ``loss_scale_factor``, ...). ``weight_decay`` must be None or 0: LAMB's
         weight decay is ``weight_decay_rate``.
@@ -63,7 +64,7 @@ class Lamb(LayerwiseOptimizer):
         weight_decay_rate=0.0,
         exclude_from_weight_decay=None,
         exclude_from_layer_adaptation=None,
-        name="LAMB",
+        name=None,
         **kwargs,
     ):
         validation.check_optimizer_arguments(dict(locals()), positive=("epsilon",))

@@ -36,7 +36,8 @@ class Lars(LayerwiseOptimizer):
         name (Keras') adds to it, see :meth:`exclude_from_weight_decay`.
       exclude_from_layer_adaptation: None or list of regex strings; matching variables get
         trust ratio 1. None (or empty) means the weight-decay exclusions.
-      name: string. Default ``"LARS"``.
+      name: string, or None (the default) for Keras' default name: "lars", then
+        "lars_1", ... in a process.
       **kwargs: the Keras 3 optimizer base arguments. ``weight_decay`` must be None or 0:
         LARS's weight decay is ``weight_decay_rate``.
 
@@ -57,7 +58,7 @@ class Lars(LayerwiseOptimizer):
         classic_momentum=True,
         exclude_from_weight_decay=None,
         exclude_from_layer_adaptation=None,
-        name="LARS",
+        name=None,
         **kwargs,
     ):
         validation.check_optimizer_arguments(dict(locals()))

@@ -33,6 +33,8 @@ class _KerasVRGDMixin(common.VRGDCommon):
     replicas and hide the noise that the GSNR measures.
     """
 
+    _vrgd_name_is_class_name = False
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._vrgd_check_strategy_combinations(tf.distribute.get_strategy())
