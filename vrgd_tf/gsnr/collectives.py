@@ -134,7 +134,9 @@ def in_replica_order(tensors: Sequence[tf.Tensor], readers: Sequence = ()) -> li
     ``Snapshot`` taken after ``readers`` (this replica's other readers of those buffers): the
     buffer itself when nothing else holds it, else a copy. Only the all-reduce holds it, so
     replica 0's operand is the one accumulated into and the sum is ``x_0 + x_1 + ...`` in
-    replica order. The identity under XLA.
+    replica order. The snapshots are named by replica (``vrgd_sum_operands/replica_00000/``
+    ...), since graph rewrites order an ``AddN``'s operands by name: the order then does not
+    depend on the optimizer's name. The identity under XLA.
 
     Args:
       tensors: the dense tensors of one all-reduce call.
@@ -143,8 +145,19 @@ def in_replica_order(tensors: Sequence[tf.Tensor], readers: Sequence = ()) -> li
     Returns:
       A list of ``len(tensors)`` tensors of the same values.
     """
-    with tf.control_dependencies(list(readers)):
+    with tf.control_dependencies(list(readers)), tf.name_scope(_operand_scope()):
         return [tf.raw_ops.Snapshot(input=t) for t in tensors]
+
+
+def _operand_scope() -> str:
+    # An absolute name scope that sorts by replica: graph rewrites order an AddN's operands
+    # by their node names, and MirroredStrategy names replica d > 0's ops "replica_d/...",
+    # replica 0's without a prefix, so under the optimizer's own name scope replica 0's
+    # operand went last whenever that name sorted after "replica_" (any name from "s" on:
+    # Keras' default "sgd", "vrgd_lamb"), and the sum left the base's order.
+    context = tf.distribute.get_replica_context()
+    replica = None if context is None else tf.get_static_value(context.replica_id_in_sync_group)
+    return "" if replica is None else f"vrgd_sum_operands/replica_{int(replica):05d}/"
 
 
 def sum_plain(grads, replica_context):
