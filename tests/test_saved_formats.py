@@ -5,7 +5,9 @@ as one module, before ``vrgd_tf/gsnr/`` became a package of stages) with
 ``tests/data/saved_formats/make.py``, which also stored what that code computed next. Here
 today's code restores them and takes the same steps: the weights and every optimizer
 variable (the base's slots, the VRGD deficit, correction and statistics) must be equal to
-the stored ones exactly, on 2 replicas with ``beta_3 = 0.9``.
+the stored ones exactly, on 2 replicas with ``beta_3 = 0.9`` (after ``fit`` on the
+``.keras`` file, whose matmuls round by the CPU's kernels, to float32 rounding; its restore
+itself is checked bit for bit).
 """
 
 import os
@@ -44,14 +46,33 @@ def _plain(name):
     return re.sub(r"^((VRGDLamb|vrgd_lamb(_\d+)?)/)?(sequential_)?", "", name)
 
 
+def _stored_arrays(path):
+    """``{path: array}`` of every dataset in a ``.keras`` file's ``model.weights.h5``."""
+    import io
+    import zipfile
+
+    import h5py
+
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as f:
+            f.visititems(
+                lambda n, o: arrays.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None
+            )
+    return arrays
+
+
 class SavedFormatsTest(tf.test.TestCase):
-    def _assert_optimizer(self, prefix, optimizer):
+    def _assert_optimizer(self, prefix, optimizer, rtol=None):
         values = {_plain(n): v for n, v in make.optimizer_values(optimizer).items()}
         stored = {_plain(k[len(prefix) :]): v for k, v in EXPECTED.items() if k.startswith(prefix)}
         self.assertEqual(sorted(values), sorted(stored))
         self.assertTrue(any("vrgd_deficit" in name for name in stored))
         for name, value in values.items():
-            np.testing.assert_array_equal(value, stored[name], err_msg=name)
+            if rtol is None:
+                np.testing.assert_array_equal(value, stored[name], err_msg=name)
+            else:
+                np.testing.assert_allclose(value, stored[name], rtol=rtol, atol=0, err_msg=name)
 
     def _check_checkpoint(self, family):
         make_variable, make_optimizer = _family(family)
@@ -83,13 +104,26 @@ class SavedFormatsTest(tf.test.TestCase):
         self._check_checkpoint("tf_keras")
 
     def test_keras_file_loads_and_continues_bit_for_bit(self):
+        path = os.path.join(HERE, "model.keras")
         strategy = util.strategy_for(2)
         with strategy.scope():
-            model = keras.models.load_model(os.path.join(HERE, "model.keras"))
+            model = keras.models.load_model(path)
+        # Restored bit for bit: each weight and optimizer variable as the file stores it
+        # (read with h5py, independently of Keras' loader).
+        stored = _stored_arrays(path)
+        for i, w in enumerate(model.layers[0].weights):
+            np.testing.assert_array_equal(w.numpy(), stored[f"layers/dense/vars/{i}"])
+        self.assertLen(model.optimizer.variables, sum(k.startswith("optimizer/") for k in stored))
+        for i, v in enumerate(model.optimizer.variables):
+            np.testing.assert_array_equal(v.numpy(), stored[f"optimizer/vars/{i}"], err_msg=v.path)
+        # Continued as the fixture's code did: fit's matmuls round by the CPU's kernels
+        # (AVX2 and AVX-512 differ in the last bits: on an AVX2 EPYC the weights moved 1e-7
+        # and the mean GSNR, a ratio, 1.6e-5 relative), so within that rounding here; the
+        # checkpoint tests above, on known gradients, continue bit for bit.
         model.fit(make.fit_data(EXPECTED["x"], EXPECTED["y"]), epochs=1, verbose=0)
         for i, value in enumerate(model.get_weights()):
-            np.testing.assert_array_equal(value, EXPECTED[f"keras_file/weight/{i}"])
-        self._assert_optimizer("keras_file/optimizer/", model.optimizer)
+            np.testing.assert_allclose(value, EXPECTED[f"keras_file/weight/{i}"], rtol=1e-6)
+        self._assert_optimizer("keras_file/optimizer/", model.optimizer, rtol=1e-4)
 
     def test_keras_file_loads_the_tensorflow_family_after_the_jax_family_is_imported(self):
         """Importing ``vrgd_tf.keras_jax`` in a TensorFlow-backend process (the doc test's
