@@ -32,7 +32,7 @@ class StepReport(NamedTuple):
 
     Attributes:
       num_samples: int, the static ``k`` of the step: replicas in sync x micro-batch groups.
-      samples: float32 scalar tensor, the samples that contributed a nonzero gradient (the
+      samples: float32 scalar tensor, the contributing samples (spec section 1; the
         ``k`` of the statistics); ``num_samples`` as a Python int on a one-sample step.
       active: scalar bool tensor, whether the step had a GSNR (``samples >= 2``); False on a
         one-sample step.
