@@ -86,10 +86,17 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     forward pass waits for the previous group's gradients), so activation memory is that
     of one micro-batch, plus two gradient-sized accumulators.
 
-    ``num_groups = 1`` is exactly Keras' ``fit`` (the same weights, bit for bit): the step
-    then calls ``optimizer.apply_gradients`` as Keras does (the optimizer squares the
-    gradient itself, which is what ``apply_grouped_gradients`` with one group would be
-    given).
+    ``num_groups = 1`` is exactly Keras' ``fit`` (the same weights, bit for bit, when every
+    replica's batch holds an example of nonzero weight): the step then calls
+    ``optimizer.apply_gradients`` as Keras does (the optimizer squares the gradient itself,
+    which is what ``apply_grouped_gradients`` with one group would be given).
+
+    Contributing samples (``docs/spec.md`` section 1): each group counts when it holds at
+    least one example of nonzero weight (:func:`group_contributes`: rows, and no sample
+    weight or some weight != 0), and that count, not one inferred from the gradients, is
+    the replica's (any ``m``, 1 too): a masked group (sample weights 0) or the empty replica
+    of a short last batch is left out, and one that sends a nonzero gradient all the same
+    (a weight regularizer) makes the step the base step, with a warning.
 
     What the groups change:
 

@@ -479,7 +479,7 @@ def variance_reduce(
         list of ``n`` dense tensors of the variables' shapes (any float dtype, summed in
         float32), this replica's ``sum_j x_j**2`` over its ``num_groups`` micro-batch
         gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse gradient, the
-        squares of each group's dense form), required when ``num_groups > 1``; and
+        squares of each group's dense form), required when ``num_groups > 1``;
         ``num_groups``, Python int >= 1, the number ``m`` of groups per replica; and
         ``count``, None (inferred) or this replica's contributing samples (an int in
         ``[0, m]`` or a scalar tensor).
