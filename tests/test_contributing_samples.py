@@ -173,10 +173,12 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(a, b, rtol=1e-5, atol=1e-6)
 
     @parameterized.parameters("rows", "dense")
-    def test_sparse_rows_contribute_by_their_squares_as_dense_gradients_do(self, mode):
-        """A replica contributes when some square is nonzero (spec section 1) on both sparse
-        paths: rows of 1e-20 (squares 0 in float32) are no sample. The exact-rows path used
-        to count the rows' magnitudes, so there that replica made k = 2."""
+    def test_sparse_rows_contribute_by_their_values_as_dense_gradients_do(self, mode):
+        """A replica's count is inferred from its gradients' values, not their squares (spec
+        section 1), on both sparse paths: rows of 1e-20 (squares 0 in float32) are a sample,
+        so k = 2 and the recorded GSNR is that of one sample with squares and one without,
+        exactly 1 per element (2 S2 - S1**2 = S2), with no warning. (The squares used to
+        decide: that replica was left out and the step was the base step with a warning.)"""
         strategy = util.strategy_for(2)
         with strategy.scope():
             var = tf.Variable(np.zeros((4, 2), np.float32), name="table")
@@ -197,18 +199,20 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
 
             return strategy.run(fn)
 
-        with self.assertLogs("vrgd_tf", level="WARNING") as logs:
+        with self.assertNoLogs("vrgd_tf", level="WARNING"):
             out = strategy.experimental_local_results(step())[0].numpy()
-        self.assertLen(few_warnings(logs), 1)
-        # The base step: the 2 replicas' shares of the sum.
+        # GSNR 1 on every touched element: factor 1, the 2 replicas' shares of the sum.
         self.assertAllClose(out[[0, 2]] * 2, values.sum(axis=0), rtol=1e-6)
+        (row,) = agg.statistics().values()
+        self.assertTrue(row["has_gsnr"])
+        self.assertAllClose(row["mean_gsnr"], 1.0, rtol=1e-6)
 
     @parameterized.parameters(False, True)
-    def test_a_replica_contributes_when_any_square_is_nonzero_or_nan(self, jit):
-        """``any_nonzero`` reads the small squares first and the large ones only in a branch
-        taken when those are all zero; one element > 0 or NaN anywhere counts, in graph mode
-        and under XLA (where the max of the squares used to drop a NaN, and "not <= 0"
-        became "> 0")."""
+    def test_a_replica_contributes_when_any_value_is_nonzero_or_nan(self, jit):
+        """``any_nonzero`` reads the small tensors first and the large ones only in a branch
+        taken when those are all zero; one element nonzero (of either sign) or NaN anywhere
+        counts, in graph mode and under XLA (where the max of the squares used to drop a
+        NaN, and "not <= 0" became "> 0")."""
         from vrgd_tf.gsnr import samples
 
         sizes = [3, 5, 40, 400]  # the smallest 1/16 (3 + 5 + 40 elements) is read first
@@ -222,7 +226,7 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         fn = tf.function(lambda *q: samples.any_nonzero(q), jit_compile=jit)
         self.assertFalse(fn(*squares(None, 0.0)))
         for where in range(len(sizes)):
-            for value in (1e-30, np.nan):
+            for value in (1e-30, -1e-30, np.nan):
                 self.assertTrue(fn(*squares(where, value)), msg=f"{where} {value}")
         self.assertFalse(samples.any_nonzero([tf.zeros([0])]))
         self.assertTrue(fn(*squares(3, 2.0)[::-1]))  # the order given does not matter

@@ -91,12 +91,15 @@ class FakeReplicaContext:
 
     def all_reduce(self, op, value):
         """The dense path's two calls: first ``[x]`` with the IndexedSlices, then the
-        squares with the count ``[x**2, count]``."""
+        squares with the count and stray flag ``[x**2, [count, stray]]``."""
         assert op == tf.distribute.ReduceOp.SUM
         dense = [densify(*g).ravel() for g in self.others]
         if not isinstance(value[-1], tf.IndexedSlices):  # the squares and the count
             squares, count = value
-            return [squares + tf.constant(sum(d * d for d in dense)), count + len(self.others)]
+            return [
+                squares + tf.constant(sum(d * d for d in dense)),
+                count + tf.constant([float(len(self.others)), 0.0]),
+            ]
         packed, summed = value
         total = tf.convert_to_tensor(summed) + tf.constant(sum(densify(*g) for g in self.others))
         return [packed + tf.constant(sum(dense)), total]

@@ -129,9 +129,10 @@ class FakeReplicaContext:
             grads, squares = self.replica_sums(d)
             if call == 0:  # the gradients
                 out = [o + np.ravel(g) for o, g in zip(out, grads)]
-            elif call == 1:  # the squares and the count
+            elif call == 1:  # the squares and [count, stray]
                 out[:n] = [o + np.ravel(q) for o, q in zip(out, squares)]
-                out[n] = out[n] + float(self.groups) * any(np.any(g != 0) for g in grads)
+                count = float(self.groups) * any(np.any(g != 0) for g in grads)
+                out[n] = out[n] + np.array([count, 0.0], np.float32)
             else:  # the split-half buffer
                 a = float(d < self.num_replicas_in_sync // 2)
                 parts = [subsample(g, s, self.stride) for g, s in zip(grads, self.shapes)]

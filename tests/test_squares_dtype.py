@@ -83,14 +83,14 @@ class FakeReplicaContext:
 
     def all_reduce(self, op, value):
         """The step's three calls: ``[x]`` (float32), ``[x**2]`` (bfloat16), then
-        ``[count]`` (float32: bfloat16 squares cannot carry it exactly)."""
+        ``[[count, stray]]`` (float32: bfloat16 squares cannot carry it exactly)."""
         assert op == tf.distribute.ReduceOp.SUM
         if value[0].dtype == tf.bfloat16:  # the squares' own call
             return [value[0] + tf.cast(tf.constant(self.other * self.other), tf.bfloat16)]
         (x,) = value
         assert x.dtype == tf.float32
-        if x.shape.rank == 0:  # the count
-            return [x + 1.0]
+        if x.shape == [2] and self.other.shape != (2,):  # [count, stray]
+            return [x + tf.constant([1.0, 0.0])]
         assert x.shape == self.other.shape
         return [x + tf.constant(self.other)]
 

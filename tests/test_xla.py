@@ -48,15 +48,16 @@ class FakeReplicaContext:
 
     def all_reduce(self, op, value):
         """VRGD's two calls per step: the float32 gradients ``[x_1 .. x_n]`` alone, then
-        ``[x_1**2 .. x_n**2]`` with the count of samples that contributed (one scalar after
-        them)."""
+        ``[x_1**2 .. x_n**2]`` with the count of samples that contributed and the stray flag
+        (one ``[2]`` tensor after them)."""
         assert op == tf.distribute.ReduceOp.SUM
         squares = self.calls % 2 == 1
         self.calls += 1
         out = []
         for i, v in enumerate(value):
-            if i == len(self.others[0]):  # the count: 1 per replica with a nonzero gradient
-                extra = float(sum(any(np.any(g != 0) for g in grads) for grads in self.others))
+            if i == len(self.others[0]):  # [count, stray]: 1 per replica with a nonzero gradient
+                count = float(sum(any(np.any(g != 0) for g in grads) for grads in self.others))
+                extra = np.array([count, 0.0])
             else:
                 parts = [np.ravel(grads[i]).astype(np.float32) for grads in self.others]
                 extra = sum(p * p if squares else p for p in parts)

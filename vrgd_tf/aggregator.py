@@ -159,6 +159,7 @@ class GSNRAggregator(tf.Module):
         num_groups: int = 1,
         step=None,
         replica_context=None,
+        num_contributing=None,
     ):
         """Each replica's share of the variance-reduced sum (call in the replica context).
 
@@ -173,6 +174,14 @@ class GSNRAggregator(tf.Module):
             ``optimizer.iterations``), for ``statistics_interval``; None: this module's own
             counter (standalone only), advanced on every call with finite gradients.
           replica_context: default ``tf.distribute.get_replica_context()``.
+          num_contributing: None, or this replica's contributing samples (``docs/spec.md``
+            section 1: its groups that hold at least one example of nonzero weight), a
+            Python int in ``[0, num_groups]`` or a scalar int or float tensor (clipped to
+            that range). None: inferred, a replica counts its ``num_groups`` samples when
+            some value of its gradients is nonzero or NaN (a real sample whose gradient is
+            exactly zero is then left out, with a warning). A replica with count 0 that
+            sends a nonzero gradient (a weight regularizer without examples) makes the step
+            the base step, with a warning.
 
         Returns:
           List of ``n``: None where the gradient is None, else the variance-reduced SUM
@@ -183,7 +192,8 @@ class GSNRAggregator(tf.Module):
         Raises:
           RuntimeError: in a cross-replica context, or on a first call inside a
             ``tf.function`` under a multi-replica strategy before :meth:`build`.
-          ValueError: ``grads`` and ``variables`` of different lengths; see also
+          ValueError: ``grads`` and ``variables`` of different lengths, or
+            ``num_contributing`` out of range or not a scalar; see also
             :func:`vrgd_tf.gsnr.variance_reduce`.
         """
         summed = self._aggregate_sum(
@@ -193,6 +203,7 @@ class GSNRAggregator(tf.Module):
             num_groups=num_groups,
             step=step,
             replica_context=replica_context,
+            num_contributing=num_contributing,
         )
         ctx = replica_context or tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync
@@ -201,7 +212,15 @@ class GSNRAggregator(tf.Module):
         return [_share(g, replicas) for g in summed]
 
     def _aggregate_sum(
-        self, grads, variables, *, sq_sums=None, num_groups=1, step=None, replica_context=None
+        self,
+        grads,
+        variables,
+        *,
+        sq_sums=None,
+        num_groups=1,
+        step=None,
+        replica_context=None,
+        num_contributing=None,
     ):
         """The variance-reduced SUM over all replicas, the same on every replica: what the
         VRGD optimizers and :attr:`gradient_aggregator` hand their base optimizer, whose
@@ -224,7 +243,9 @@ class GSNRAggregator(tf.Module):
             record_statistics=self._record_statistics(step),
             step=step,
             squares=gsnr.GroupSquares(
-                None if sq_sums is None else [sq_sums[i] for i in present], num_groups
+                None if sq_sums is None else [sq_sums[i] for i in present],
+                num_groups,
+                num_contributing,
             ),
             settings=self.settings,
         )

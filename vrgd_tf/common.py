@@ -347,6 +347,7 @@ class VRGDCommon:
             num_groups=groups.num_groups,
             step=self.iterations,
             replica_context=replica_context,
+            num_contributing=groups.count,
         )
         if self._vrgd_densify_sparse:
             reduced = [
@@ -354,7 +355,9 @@ class VRGDCommon:
             ]
         return list(zip(reduced, [v for _, v in pairs]))
 
-    def apply_grouped_gradients(self, grads_and_vars, sq_sums: Sequence, num_groups: int):
+    def apply_grouped_gradients(
+        self, grads_and_vars, sq_sums: Sequence, num_groups: int, *, num_contributing=None
+    ):
         """``apply_gradients`` for gradients summed over ``num_groups`` micro-batches.
 
         Each replica computed the gradients of ``m = num_groups`` micro-batches at the same
@@ -373,12 +376,18 @@ class VRGDCommon:
             the units of the gradients handed over (a Keras 3 ``loss_scale_factor`` is
             divided out of both, as ``apply`` does for the gradients).
           num_groups: int >= 1.
+          num_contributing: None, or this replica's contributing groups (``docs/spec.md``
+            section 1: those holding at least one example of nonzero weight), a Python int
+            in ``[0, num_groups]`` or a scalar tensor (clipped to that range). None:
+            inferred from the gradients' values (:class:`vrgd_tf.GSNRAggregator`,
+            ``num_contributing``).
 
         Returns:
           What ``apply_gradients`` returns.
 
         Raises:
-          ValueError: ``sq_sums`` does not match ``grads_and_vars``, or ``num_groups`` < 1.
+          ValueError: ``sq_sums`` does not match ``grads_and_vars``, ``num_groups`` < 1, or
+            (when the step is traced) ``num_contributing`` out of range or not a scalar.
         """
         pairs = list(grads_and_vars)
         if len(sq_sums) != len(pairs):
@@ -397,10 +406,20 @@ class VRGDCommon:
                 None if q is None else q / tf.cast(factor * factor, q.dtype) for q in sq_sums
             ]
         squares = GroupSquares(
-            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)}, num_groups
+            {self._vrgd_var_key(v): q for (_, v), q in zip(pairs, sq_sums)},
+            num_groups,
+            num_contributing,
         )
         with self._vrgd_squares.sending(squares):
             return self.apply_gradients(pairs)
+
+    def _vrgd_counting(self, num_contributing):
+        """A context in which this thread's ``apply_gradients`` calls (one sample per
+        replica, ``m = 1``) take ``num_contributing`` (0 or 1: whether this replica's batch
+        holds an example of nonzero weight, ``docs/spec.md`` section 1) as this replica's
+        count instead of inferring it; the squares are taken by the step as usual, so
+        every sample counting gives the step of plain ``apply_gradients`` bit for bit."""
+        return self._vrgd_squares.sending(GroupSquares(None, 1, num_contributing))
 
     def vrgd_statistics(self) -> Dict[str, Dict[str, float]]:
         """The last recorded step's GSNR diagnostics per variable (first replica's copy).

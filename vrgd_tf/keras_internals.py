@@ -214,7 +214,9 @@ def _divide(g, scale):
     return g / tf.cast(scale, g.dtype)
 
 
-def apply_grouped_loss_scaled(lso, pairs: Sequence, sq_sums: Sequence, num_groups: int) -> None:
+def apply_grouped_loss_scaled(
+    lso, pairs: Sequence, sq_sums: Sequence, num_groups: int, num_contributing=None
+) -> None:
     """Keras 3.15's ``LossScaleOptimizer.apply`` (TensorFlow) for grouped gradients.
 
     As ``LossScaleOptimizer._tf_apply``: if every gradient is finite (the check is
@@ -242,7 +244,10 @@ def apply_grouped_loss_scaled(lso, pairs: Sequence, sq_sums: Sequence, num_group
                 unscaled.append(_divide(g, scale))
                 squares.append(q / tf.cast(scale * scale, q.dtype))
         inner.apply_grouped_gradients(
-            list(zip(unscaled, variables)), squares, num_groups=num_groups
+            list(zip(unscaled, variables)),
+            squares,
+            num_groups=num_groups,
+            num_contributing=num_contributing,
         )
 
         def upscale():

@@ -32,6 +32,7 @@ __all__ = [
     "micro_batch_groups",
     "split_batch",
     "run_groups",
+    "group_contributes",
     "GroupGradients",
     "sum_group_gradients",
     "add_square",
@@ -85,10 +86,17 @@ def use_micro_batches(model: keras.Model, num_groups: int) -> keras.Model:
     forward pass waits for the previous group's gradients), so activation memory is that
     of one micro-batch, plus two gradient-sized accumulators.
 
-    ``num_groups = 1`` is exactly Keras' ``fit`` (the same weights, bit for bit): the step
-    then calls ``optimizer.apply_gradients`` as Keras does (the optimizer squares the
-    gradient itself, which is what ``apply_grouped_gradients`` with one group would be
-    given).
+    ``num_groups = 1`` is exactly Keras' ``fit`` (the same weights, bit for bit, when every
+    replica's batch holds an example of nonzero weight): the step then calls
+    ``optimizer.apply_gradients`` as Keras does (the optimizer squares the gradient itself,
+    which is what ``apply_grouped_gradients`` with one group would be given).
+
+    Contributing samples (``docs/spec.md`` section 1): each group counts when it holds at
+    least one example of nonzero weight (:func:`group_contributes`: rows, and no sample
+    weight or some weight != 0), and that count, not one inferred from the gradients, is
+    the replica's (any ``m``, 1 too): a masked group (sample weights 0) or the empty replica
+    of a short last batch is left out, and one that sends a nonzero gradient all the same
+    (a weight regularizer) makes the step the base step, with a warning.
 
     What the groups change:
 
@@ -410,15 +418,69 @@ class GroupGradients(NamedTuple):
         (the variable's shape), None where the gradient is None, for an
         ``overwrite_with_gradient`` variable, or with ``squares=False``.
       outputs: list, one per group: the second item ``group_step`` returned.
+      num_contributing: None (no ``contributes`` given), or float32 scalar: this replica's
+        count for the GSNR step (``docs/spec.md`` section 1), the groups that contribute,
+        or 0 when a group that does not sent a nonzero gradient (a weight regularizer on a
+        group without examples: the step then sees a stray gradient and is the base step).
     """
 
     grads_and_vars: List[Tuple[Any, Any]]
     sq_sums: List[Any]
     outputs: List[Any]
+    num_contributing: Any = None
+
+
+def group_contributes(group, sample_weight=None) -> tf.Tensor:
+    """Scalar bool: whether a micro-batch group is a GSNR sample (``docs/spec.md`` section
+    1): it holds at least one example of nonzero weight.
+
+    Args:
+      group: the group's nest of tensors (e.g. its inputs ``x``); its rows are those of the
+        first tensor with a batch dimension (no such tensor: it has rows).
+      sample_weight: None, or the group's sample weights (a tensor or a nest of them, None
+        leaves ignored); None: every example has weight 1. A NaN weight is nonzero.
+
+    Returns:
+      A scalar bool tensor: rows > 0 and (no weights, or some weight != 0).
+    """
+    leaves = [t for t in keras.tree.flatten(group) if t is not None and _has_rows(t)]
+    has = tf.constant(True) if not leaves else _dynamic_rows(leaves[0]) > 0
+    weights = [] if sample_weight is None else keras.tree.flatten(sample_weight)
+    weights = [tf.convert_to_tensor(w) for w in weights if w is not None]
+    if weights:
+        nonzero = [tf.reduce_any(tf.not_equal(w, tf.zeros([], w.dtype))) for w in weights]
+        has = tf.logical_and(has, tf.reduce_any(tf.stack(nonzero)))
+    return has
+
+
+def _stray(pairs) -> tf.Tensor:
+    """Scalar bool: some gradient of ``pairs`` (one group's) is nonzero or NaN (its
+    ``overwrite_with_gradient`` variables aside)."""
+    values = [
+        g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+        for g, v in pairs
+        if g is not None and not overwrites_with_gradient(v)
+    ]
+    if not values:
+        return tf.constant(False)
+    return tf.reduce_any(tf.stack([tf.reduce_any(tf.not_equal(t, 0)) for t in values]))
+
+
+def _num_contributing(contributes, strays) -> tf.Tensor:
+    """float32 scalar: the count of ``contributes`` (scalar bools), 0 if some ``strays``."""
+    count = tf.add_n([tf.cast(c, tf.float32) for c in contributes])
+    if not strays:
+        return count
+    return tf.where(tf.reduce_any(tf.stack(strays)), 0.0, count)
 
 
 def run_groups(
-    groups: Sequence, group_step: Callable, *, scale: Optional[float] = None, squares=True
+    groups: Sequence,
+    group_step: Callable,
+    *,
+    scale: Optional[float] = None,
+    squares=True,
+    contributes: Optional[Sequence] = None,
 ) -> GroupGradients:
     """The micro-batch group loop: each group's gradients at the same weights, combined.
 
@@ -439,16 +501,24 @@ def run_groups(
         and squared (e.g. ``1 / m`` when each group's loss is the mean over the group).
         Not applied to ``overwrite_with_gradient`` variables.
       squares: whether to sum the squared gradients (False: a control run without GSNR).
+      contributes: None, or one scalar bool per group (:func:`group_contributes`): then
+        :attr:`GroupGradients.num_contributing` is the replica's count, and with ``m >= 2``
+        each group that does not contribute has its gradient checked for a stray nonzero
+        value (read only for such a group).
 
     Returns:
       A :class:`GroupGradients`.
     """
-    variables, parts, sq_sums, outputs = {}, {}, {}, []
+    variables, parts, sq_sums, outputs, strays = {}, {}, {}, [], []
     previous = []
-    for group in groups:
+    for j, group in enumerate(groups):
         with tf.control_dependencies(previous):
             pairs, output = group_step(group)
         outputs.append(output)
+        if contributes is not None and len(groups) > 1:
+            strays.append(
+                tf.cond(contributes[j], lambda: tf.constant(False), lambda p=pairs: _stray(p))
+            )
         previous = []
         for g, v in pairs:
             key = id(v)
@@ -469,6 +539,7 @@ def run_groups(
         [(sum_group_gradients(parts[k], v), v) for k, v in variables.items()],
         [sq_sums[k] for k in variables],
         outputs,
+        None if contributes is None else _num_contributing(contributes, strays),
     )
 
 
@@ -494,7 +565,9 @@ def _grouped_train_step(model, num_groups, data):
         grads = tape.gradient(scaled, trainable) if trainable else []
         return list(zip(grads, trainable)), (loss, y_pred)
 
-    result = run_groups(split_batch((x, y, sample_weight), m), group_step, squares=m > 1)
+    groups = split_batch((x, y, sample_weight), m)
+    contributes = [group_contributes(group[0], group[2]) for group in groups]
+    result = run_groups(groups, group_step, squares=m > 1, contributes=contributes)
     if m > 1:
         _check_loss_reductions(model, m)  # (Keras builds the compiled losses at first use)
     losses = [loss for loss, _ in result.outputs]
@@ -504,14 +577,25 @@ def _grouped_train_step(model, num_groups, data):
         warnings.warn("The model does not have any trainable weights.")
     elif m == 1:
         # apply_grouped_gradients with the squares equals this up to graph rewrites
-        # of the gradient's rounding; Keras' own call keeps m = 1 bit for bit.
-        optimizer.apply_gradients(result.grads_and_vars)
+        # of the gradient's rounding; Keras' own call keeps m = 1 bit for bit. The count
+        # from the data goes beside it (spec section 1).
+        with _inner_optimizer(optimizer)._vrgd_counting(result.num_contributing):
+            optimizer.apply_gradients(result.grads_and_vars)
     elif isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         keras_internals.apply_grouped_loss_scaled(
-            optimizer, result.grads_and_vars, result.sq_sums, num_groups=m
+            optimizer,
+            result.grads_and_vars,
+            result.sq_sums,
+            num_groups=m,
+            num_contributing=result.num_contributing,
         )
     else:  # (an optimizer's own loss_scale_factor is divided out by apply_grouped_gradients)
-        optimizer.apply_grouped_gradients(result.grads_and_vars, result.sq_sums, num_groups=m)
+        optimizer.apply_grouped_gradients(
+            result.grads_and_vars,
+            result.sq_sums,
+            num_groups=m,
+            num_contributing=result.num_contributing,
+        )
     y_preds = [y_pred for _, y_pred in result.outputs]
     y_pred = y_preds[0] if m == 1 else _concat_structures(y_preds)
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)

@@ -3,7 +3,8 @@
 :class:`StepWarnings` turns a :class:`vrgd_tf.gsnr.StepReport` into log warnings (logger
 ``"vrgd_tf"``), each emitted at most once per :class:`vrgd_tf.GSNRAggregator` (so once per
 optimizer), naming the optimizer, the cause and the fix: one GSNR sample per step, a step
-where no variable had a GSNR (inert), a step where fewer than 2 samples contributed, a factor
+where no variable had a GSNR (inert), a step where fewer than 2 samples contributed, a step
+that left samples out, a stray gradient from a sample without examples, a factor
 transform that returned non-finite values, a split-half reliability that cannot be measured,
 and a config that leaves ``factor_transforms`` out. Spec: ``docs/spec.md`` sections 1 and 4.
 """
@@ -51,6 +52,31 @@ _TOO_FEW = (
     "`drop_remainder=True` (`dataset.batch(global_batch, drop_remainder=True)`) so every "
     "replica gets its share of every batch."
 )
+_LEFT_OUT_GIVEN = (
+    "%s: a step of %s GSNR samples (replicas x micro-batch groups) left samples out: they "
+    "held no example of nonzero weight (docs/spec.md section 1), so the statistics are "
+    "those of the others. This happens on the last, short batch of a dataset split over the "
+    "replicas (batch with `drop_remainder=True`), or when every example of a sample has "
+    "sample weight 0."
+)
+_LEFT_OUT_INFERRED = (
+    "%s: a step of %s GSNR samples (replicas x micro-batch groups) left samples out: their "
+    "gradient was exactly zero, so they were taken for samples without examples "
+    "(docs/spec.md section 1). This happens on the last, short batch of a dataset split "
+    "over the replicas (batch with `drop_remainder=True`); but a real sample whose gradient "
+    "is exactly zero is left out too. Pass the count of contributing samples instead of "
+    "letting it be inferred (`vrgd_tf.use_micro_batches(model, num_groups)` in `fit`, "
+    "`num_contributing=` of the aggregator or of `apply_grouped_gradients` in a custom loop)."
+)
+_STRAY = (
+    "%s: in a step of %s GSNR samples (replicas x micro-batch groups) a sample without "
+    "examples of nonzero weight sent a nonzero gradient: a loss term that does not depend on "
+    "the examples (e.g. a weight regularizer, or `add_loss` of the weights) on a replica or "
+    "micro-batch group without examples. That gradient cannot be separated from the "
+    "samples' sums, so VRGD stepped exactly as its base optimizer (docs/spec.md section 1). "
+    "Batch with `drop_remainder=True` (`dataset.batch(global_batch, drop_remainder=True)`) "
+    "so every replica and group gets examples."
+)
 _TRANSFORMS = (
     "%s: a factor returned by `factor_transforms` was NaN or infinite in a step whose summed "
     "gradients were finite, so the update is not finite either. Check the transforms (e.g. "
@@ -93,6 +119,9 @@ class StepWarnings:
             return
         self._from_step(report.inert, "inert", self.inert)
         self._from_step(report.too_few_samples, "too_few", self.too_few_samples)
+        left_out = self.left_out_given if report.count_given else self.left_out_inferred
+        self._from_step(report.samples_left_out, _left_out_key(report.count_given), left_out)
+        self._from_step(report.stray_gradient, "stray", self.stray_gradient)
         self._from_step(report.transforms_not_finite, "transforms", self.transforms_not_finite)
 
     def inert(self) -> None:
@@ -100,6 +129,15 @@ class StepWarnings:
 
     def too_few_samples(self) -> None:
         self.once("too_few", _TOO_FEW, self.num_samples)
+
+    def left_out_given(self) -> None:
+        self.once(_left_out_key(True), _LEFT_OUT_GIVEN, self.num_samples)
+
+    def left_out_inferred(self) -> None:
+        self.once(_left_out_key(False), _LEFT_OUT_INFERRED, self.num_samples)
+
+    def stray_gradient(self) -> None:
+        self.once("stray", _STRAY, self.num_samples)
 
     def transforms_not_finite(self) -> None:
         self.once("transforms", _TRANSFORMS)
@@ -127,3 +165,8 @@ class StepWarnings:
             return True
 
         tf.cond(flag, lambda: tf.py_function(emit, [], tf.bool), lambda: tf.constant(False))
+
+
+def _left_out_key(count_given: bool) -> str:
+    """The once-key of the left-out warning: one per cause (given or inferred count)."""
+    return "left_out_given" if count_given else "left_out_inferred"

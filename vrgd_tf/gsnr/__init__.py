@@ -21,9 +21,9 @@ optimizer (Keras divides the loss by the global batch, so ``x_d = c * g_d`` for 
     output  u   = f * S1                                  (eq. 10: S1 is the base gradient)
 
 With ``beta_3 > 0`` the factor is smoothed per element before use (``smoothing``).
-Undefined statistics give factor 1 (spec section 2): a step with fewer than 2 samples that
-contributed a nonzero gradient, or in which no element of any variable has a defined GSNR,
-is the base step; elements whose variance is not resolvable in float32
+Undefined statistics give factor 1 (spec section 2): a step with fewer than 2 contributing
+samples (spec section 1), or with a stray gradient of a sample without examples, or in which
+no element of any variable has a defined GSNR, is the base step; elements whose variance is not resolvable in float32
 (``s2 <= NOISE_RTOL * k * mean(x**2)``; with ``squares_dtype="bfloat16"`` ``2**-8`` instead
 of ``NOISE_RTOL``; including identical and all-zero gradients) or whose statistics are not finite get factor 1 and are left out of ``mean(r)``;
 a variable with no defined element, or whose ``mean(r)`` is 0 or not finite, gets factor 1.

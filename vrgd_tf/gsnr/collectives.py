@@ -14,19 +14,20 @@ under ``TPUStrategy``), the same calls on every replica:
    others can differ in its last bits from the same tensor summed alone. So every strategy
    sums each gradient element exactly as it sums the base's (spec section 1);
 2. one ``all_reduce(SUM)`` of their squares, float32 or bfloat16 (``squares_dtype``), and,
-   beside float32 squares, this replica's count of contributing samples (one float32
-   scalar): a call of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's
+   beside float32 squares, this replica's count of contributing samples and its stray flag
+   (one float32 ``[2]`` tensor, ``vrgd_tf.gsnr.samples``): a call of their own, since ``MultiWorkerMirroredStrategy`` concatenates a call's
    dense tensors into one buffer of one dtype, and one buffer of gradients and squares took
    twice as long as two calls over its RING collective (``docs/results.md``);
-3. if not empty, one ``all_reduce(SUM)`` of float32 extras: the count (beside bfloat16
-   squares, which cannot carry it exactly), then, with the split-half reliability on
+3. if not empty, one ``all_reduce(SUM)`` of float32 extras: the count and stray flag
+   (beside bfloat16 squares, which cannot carry it exactly), then, with the split-half reliability on
    (``split_half_stride``), the subsample ``[x, q]`` masked to half A (one float32 tensor,
    ``vrgd_tf.gsnr.halves``). The subsample has a call of its own so that calls 1 and 2 are
    the same with it and without it;
 4. if there are float64 gradients, one ``all_reduce(SUM)`` of them in float64 (for float64
    variables the base's own call, as call 1 is for float32 ones);
 5. if there are sparse gradients on the exact rows path, one ``all_gather(axis=0)`` of their
-   indices and rows packed with squares (and of the count, if no call 1 carries gradients).
+   indices and rows packed with squares (and of the count and stray flag, if no call 1
+   carries gradients).
 
 Calls 1 to 3 exist when some gradient is all-reduced (an entry on a dense path).
 
@@ -68,6 +69,7 @@ class Reduced(NamedTuple):
     rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
     count: Optional[tf.Tensor]
     half: Optional[tf.Tensor] = None
+    stray: Optional[tf.Tensor] = None
 
 
 def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -> Reduced:
@@ -80,7 +82,8 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         (returned as float32).
     """
     ctx = replica_context
-    gradients, squares, sparse, count, half = (), (), (), local.count, None
+    stray = tf.constant(0.0) if local.stray is None else local.stray
+    gradients, squares, sparse, count, half = (), (), (), tf.stack([local.count, stray]), None
     # The other readers of the summed buffers: the squares read the gradients, the count
     # and the split-half subsample the squares (and the gradients).
     readers = list(local.squares) + [count] + ([] if local.half is None else [local.half])
@@ -101,7 +104,7 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         extra = ctx.all_reduce(_SUM, in_replica_order(third, readers)) if third else []
         squares = tuple(tf.cast(q, tf.float32) for q in sq[: len(local.squares)])
         scalars = list(sq[len(local.squares) :]) + list(extra)  # [count] + [half]
-        count, half = scalars[0], (None if local.half is None else scalars[1])
+        count, half = scalars[0], (None if local.half is None else scalars[1])  # [2]
     wide = ()
     if local.wide:
         wide = tuple(ctx.all_reduce(_SUM, in_replica_order(local.wide, local.gradients)))
@@ -109,7 +112,7 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
     if local.rows:
         flat = [t for pair in local.rows for t in pair]
         if not local.gradients:
-            flat.append(tf.reshape(count, [1]))
+            flat.append(count)
         gathered = ctx.all_gather(flat, axis=0)
         # CollectiveAllReduce's gather of int64 indices loses the static length; restore it.
         r = ctx.num_replicas_in_sync
@@ -118,8 +121,8 @@ def all_reduce_samples(local: Local, replica_context, squares_dtype="float32") -
         pairs = gathered[: 2 * len(local.rows)]
         rows = tuple(zip(pairs[0::2], pairs[1::2]))
         if not local.gradients:
-            count = tf.reduce_sum(gathered[-1])
-    return Reduced(gradients, squares, sparse, wide, rows, count, half)
+            count = tf.reduce_sum(tf.reshape(gathered[-1], [-1, 2]), axis=0)
+    return Reduced(gradients, squares, sparse, wide, rows, count[0], half, count[1])
 
 
 def in_replica_order(tensors: Sequence[tf.Tensor], readers: Sequence = ()) -> list:

@@ -9,11 +9,16 @@ it sums without the pack (in any strategy's order); a packed block's sums are it
 returned sums concatenated, after the collectives.
 :class:`GroupSquares` is the step's input record of a replica's micro-batch groups.
 
-Contributing samples (spec section 1): a replica contributes its ``m`` micro-batch samples
-when some square of its gradients (or some sum of squares handed over) is nonzero (or NaN;
-:func:`any_nonzero`); a replica without examples (the last short batch without
-``drop_remainder=True``) sends zeros and does not count. The count travels as one more
-float32 scalar beside the squares (``vrgd_tf.gsnr.collectives``), never beside the gradients.
+Contributing samples (spec section 1): a sample counts when it holds at least one example of
+nonzero weight. Where the caller knows it (``GroupSquares.count``: ``use_micro_batches``,
+Model Garden's trainer, a custom loop's ``num_contributing=``) this replica's count is given;
+otherwise it is inferred: the replica counts its ``m`` samples when some value of its
+gradients is nonzero or NaN (:func:`any_nonzero`; the values, not their squares, so a
+gradient of 1e-24 counts). A replica whose given count is 0 but whose gradient is nonzero
+(a loss term that does not depend on the examples, e.g. a weight regularizer) sent a *stray*
+gradient that the sums cannot separate: the step is then the base step. The count and the
+stray flag travel as one float32 ``[2]`` tensor beside the squares
+(``vrgd_tf.gsnr.collectives``), never beside the gradients.
 """
 
 import itertools
@@ -47,15 +52,21 @@ class GroupSquares(NamedTuple):
         the order of the gradients by :meth:`in_order`. None: the step squares the
         gradients itself (only with ``num_groups == 1``).
       num_groups: Python int >= 1, the groups ``m`` per replica.
+      count: None (inferred from the gradients' values), or this replica's contributing
+        samples (``docs/spec.md`` section 1: those holding an example of nonzero weight), a
+        Python int in ``[0, num_groups]`` or a scalar int or float tensor (clipped to that
+        range).
     """
 
     sq_sums: Union[Sequence, Mapping, None]
     num_groups: int = 1
+    count: object = None
 
     def in_order(self, keys: Sequence) -> "GroupSquares":
         """This record with ``sq_sums`` the list ``[sq_sums[key] for key in keys]`` (None
         for a key that is None). Raises KeyError for a key not in a mapping ``sq_sums``."""
-        return GroupSquares([None if k is None else self.sq_sums[k] for k in keys], self.num_groups)
+        ordered = [None if k is None else self.sq_sums[k] for k in keys]
+        return GroupSquares(ordered, self.num_groups, self.count)
 
 
 class Local(NamedTuple):
@@ -69,9 +80,11 @@ class Local(NamedTuple):
         sparse SUM carries their rows).
       wide: the float64 gradients of the ``FLOAT64`` entries (summed in float64 too).
       rows: ``(indices, packed)`` per ``SPARSE_ROWS`` entry (:func:`sparse.local_rows`).
-      count: float32 scalar, this replica's contributing samples: ``m`` or 0.
+      count: float32 scalar, this replica's contributing samples (0 to ``m``).
       half: None, or float32 ``[2 M]``: the split-half subsample ``[x, q]`` masked to half
         A (:func:`vrgd_tf.gsnr.halves.local_half`), in an all-reduce call of its own.
+      stray: None (0), or float32 scalar: 1 when this replica's given count is 0 and its
+        gradient is nonzero (a stray gradient, see the module), else 0.
     """
 
     gradients: Tuple[tf.Tensor, ...]
@@ -81,6 +94,7 @@ class Local(NamedTuple):
     rows: Tuple[Tuple[tf.Tensor, tf.Tensor], ...]
     count: tf.Tensor
     half: Optional[tf.Tensor] = None
+    stray: Optional[tf.Tensor] = None
 
 
 class Summed(NamedTuple):
@@ -96,6 +110,7 @@ class Summed(NamedTuple):
       count: float32 scalar, the contributing samples ``k`` of the step.
       half: None, or float32 ``[2 M]``: half A's sums of the split-half subsample
         (``[S1_A, S2_A]``, ``vrgd_tf.gsnr.halves``).
+      stray: float32 scalar, the replicas that sent a stray gradient (see the module).
     """
 
     s1: Tuple[tf.Tensor, ...]
@@ -105,6 +120,7 @@ class Summed(NamedTuple):
     wide: Tuple[Optional[tf.Tensor], ...]
     count: tf.Tensor
     half: Optional[tf.Tensor] = None
+    stray: Optional[tf.Tensor] = None
 
 
 def _dense_float32(grad, entry) -> tf.Tensor:
@@ -113,30 +129,32 @@ def _dense_float32(grad, entry) -> tf.Tensor:
     return tf.reshape(tf.cast(grad, tf.float32), [-1])
 
 
-#: The share of a replica's squares :func:`any_nonzero` reads first.
+#: The share of a replica's gradients :func:`any_nonzero` reads first.
 _FIRST_SHARE = 1.0 / 16.0
 
 
 def _positive_or_nan(tensors) -> tf.Tensor:
-    # The sums of values >= 0: > 0 exactly where some value is, and NaN where one is (a
-    # non-finite gradient counts, so such a step keeps its k and is only told apart by its
-    # non-finite sums). Not the max: XLA's CPU max drops NaN, and grappler and XLA rewrite
+    # The sums of the magnitudes: > 0 exactly where some value is nonzero (a sum of
+    # magnitudes that overflows is Inf, still > 0), and NaN where one is (a non-finite
+    # gradient counts, so such a step keeps its k and is only told apart by its non-finite
+    # sums). Not the max: XLA's CPU max drops NaN, and grappler and XLA rewrite
     # "not <= 0" into "> 0".
-    sums = tf.stack([tf.reduce_sum(t) for t in tensors])
+    sums = tf.stack([tf.cast(tf.reduce_sum(tf.abs(t)), tf.float32) for t in tensors])
     return tf.reduce_any((sums > 0.0) | tf.math.is_nan(sums))
 
 
-def any_nonzero(squares: Sequence[tf.Tensor]) -> tf.Tensor:
-    """Scalar bool: whether some element of ``squares`` (float32 tensors of values >= 0 or
-    NaN: this replica's squares or sums of squares, and the squares of its sparse rows) is
-    > 0 or NaN, i.e. whether the replica contributes (see the module).
+def any_nonzero(values: Sequence[tf.Tensor]) -> tf.Tensor:
+    """Scalar bool: whether some element of ``values`` (float tensors of any sign: this
+    replica's gradients, or the values of its sparse rows) is nonzero or NaN, i.e. whether
+    the replica contributes when its count is inferred (``docs/spec.md`` section 1). A
+    value of 1e-24, whose square is 0 in float32, is nonzero.
 
     The smallest tensors, about ``_FIRST_SHARE`` of the elements (at least one tensor), are
     read first; the others only in a ``tf.cond`` taken when those are all zero. A replica
-    with examples then reads about a sixteenth of its squares here instead of all of them
+    with examples then reads about a sixteenth of its gradients here instead of all of them
     (a memory read of every variable's size saved per step), with the same answer.
     """
-    squares = sorted((q for q in squares if q.shape.num_elements()), key=_num_elements)
+    squares = sorted((q for q in values if q.shape.num_elements()), key=_num_elements)
     if not squares:
         return tf.constant(False)
     sizes = list(itertools.accumulate(_num_elements(q) for q in squares))
@@ -153,7 +171,7 @@ def _num_elements(tensor) -> int:
     return tensor.shape.num_elements()
 
 
-def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
+def local_samples(layout, grads, sq_sums: Optional[Sequence] = None, count=None) -> Local:
     """This replica's :class:`Local` for the step (pure).
 
     Args:
@@ -162,6 +180,9 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
       sq_sums: None, or ``n`` dense tensors: the sums over the micro-batch groups of the
         squared gradients (:attr:`GroupSquares.sq_sums`; then the squares are not taken
         here).
+      count: None (inferred, see the module), or this replica's contributing samples
+        (:attr:`GroupSquares.count`: a Python int or scalar tensor, clipped to
+        ``[0, m]``).
     """
     reduced = layout.on(*layout_lib.ALL_REDUCED)
     gradients = tuple(_dense_float32(grads[e.position], e) for e in reduced)
@@ -172,17 +193,30 @@ def local_samples(layout, grads, sq_sums: Optional[Sequence] = None) -> Local:
     rows = tuple(
         sparse.local_rows(grads[e.position], e.shape) for e in layout.on(layout_lib.SPARSE_ROWS)
     )
-    # The rows' squares, as on the dense path: a replica whose every square is 0 is no
-    # sample (spec section 1), whatever the paths.
-    nonzero = any_nonzero(list(squares) + [sparse.packed_squares(p) for _, p in rows])
+    # The values, not the squares (a gradient of 1e-24 has squares 0 in float32), and the
+    # rows' values as on the dense path (spec section 1), whatever the paths.
+    values = list(gradients) + [sparse.packed_values(p) for _, p in rows]
+    count, stray = _count_and_stray(values, count, float(layout.num_groups))
     return Local(
         gradients=gradients,
         squares=squares,
         sparse=tuple(grads[e.position] for e in layout.on(layout_lib.SPARSE_DENSE)),
         wide=tuple(grads[e.position] for e in layout.on(layout_lib.FLOAT64)),
         rows=rows,
-        count=tf.cast(nonzero, tf.float32) * float(layout.num_groups),
+        count=count,
+        stray=stray,
     )
+
+
+def _count_and_stray(values, count, num_groups: float):
+    """float32 scalars ``(count, stray)`` of this replica (see the module): inferred from
+    ``values`` when ``count`` is None (stray 0), else ``count`` clipped to
+    ``[0, num_groups]`` and stray 1 when it is 0 and some value is nonzero (read only then)."""
+    if count is None:
+        return tf.cast(any_nonzero(values), tf.float32) * num_groups, tf.constant(0.0)
+    count = tf.clip_by_value(tf.cast(count, tf.float32), 0.0, num_groups)
+    stray = tf.cond(tf.equal(count, 0.0), lambda: any_nonzero(values), lambda: tf.constant(False))
+    return count, tf.cast(stray, tf.float32)
 
 
 def assemble(layout, grads, reduced) -> Summed:
@@ -209,6 +243,14 @@ def assemble(layout, grads, reduced) -> Summed:
         e = b.entries[0]
         r = sparse.union_rows(grads[e.position], e.shape, indices, packed)
         s1[b.index], s2[b.index], rows[b.index] = r.s1, r.s2, r
+    stray = tf.constant(0.0) if reduced.stray is None else reduced.stray
     return Summed(
-        tuple(s1), tuple(s2), tuple(rows), tuple(sums), tuple(wide), reduced.count, reduced.half
+        tuple(s1),
+        tuple(s2),
+        tuple(rows),
+        tuple(sums),
+        tuple(wide),
+        reduced.count,
+        reduced.half,
+        stray,
     )

@@ -73,6 +73,11 @@ def local_rows(grad, shape):
     return grad.indices, tf.concat([values, squares], 1)
 
 
+def packed_values(packed) -> tf.Tensor:
+    """The values half of a :func:`local_rows` ``packed`` buffer: float32 ``[m, width]``."""
+    return packed[:, : packed.shape[1] // 2]
+
+
 def packed_squares(packed) -> tf.Tensor:
     """The squares half of a :func:`local_rows` ``packed`` buffer: float32 ``[m, width]``."""
     return packed[:, packed.shape[1] // 2 :]

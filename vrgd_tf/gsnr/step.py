@@ -32,7 +32,7 @@ class StepReport(NamedTuple):
 
     Attributes:
       num_samples: int, the static ``k`` of the step: replicas in sync x micro-batch groups.
-      samples: float32 scalar tensor, the samples that contributed a nonzero gradient (the
+      samples: float32 scalar tensor, the contributing samples (spec section 1; the
         ``k`` of the statistics); ``num_samples`` as a Python int on a one-sample step.
       active: scalar bool tensor, whether the step had a GSNR (``samples >= 2``); False on a
         one-sample step.
@@ -46,6 +46,12 @@ class StepReport(NamedTuple):
         variable: ``vrgd_tf.gsnr.halves.plan``). False on a one-sample step.
       transforms_finite: True (no ``factor_transforms``, or a one-sample step), or a scalar
         bool tensor: whether every factor the transforms returned was finite.
+      stray: False, or a scalar bool tensor: some replica whose given count was 0 sent a
+        nonzero gradient (a loss term that does not depend on the examples, e.g. a weight
+        regularizer, on a sample without examples; ``docs/spec.md`` section 1): the step
+        was the base optimizer's.
+      count_given: Python bool, whether the replicas' counts were given
+        (``GroupSquares.count``) rather than inferred from the gradients.
     """
 
     num_samples: int
@@ -55,6 +61,8 @@ class StepReport(NamedTuple):
     inert: object
     split_half_measured: bool = False
     transforms_finite: object = True
+    stray: object = False
+    count_given: bool = False
 
     @property
     def transforms_not_finite(self):
@@ -67,11 +75,33 @@ class StepReport(NamedTuple):
 
     @property
     def too_few_samples(self):
-        """A scalar bool tensor, True on a finite step of ``num_samples >= 2`` in which fewer than 2 samples
-        contributed (replicas without examples): the step was the base optimizer's."""
+        """A scalar bool tensor, True on a finite step of ``num_samples >= 2`` without a
+        stray gradient in which fewer than 2 samples contributed (replicas without
+        examples): the step was the base optimizer's."""
         if self.finite is None:
             return False
-        return tf.logical_and(self.finite, tf.logical_not(self.active))
+        return tf.logical_and(self._finite_not_stray(), self.samples < 2.0)
+
+    @property
+    def stray_gradient(self):
+        """A scalar bool tensor, True on a finite step with a stray gradient (see
+        ``stray``): the step was the base optimizer's."""
+        if self.finite is None or self.stray is False:
+            return False
+        return tf.logical_and(self.finite, self.stray)
+
+    @property
+    def samples_left_out(self):
+        """A scalar bool tensor, True on a finite step without a stray gradient in which
+        fewer than ``num_samples`` samples contributed (``docs/spec.md`` section 1)."""
+        if self.finite is None:
+            return False
+        return tf.logical_and(self._finite_not_stray(), self.samples < float(self.num_samples))
+
+    def _finite_not_stray(self):
+        if self.stray is False:
+            return self.finite
+        return tf.logical_and(self.finite, tf.logical_not(self.stray))
 
 
 class ReducedGradients(list):
@@ -113,9 +143,10 @@ def _checked_context(grads, variables, squares, replica_context):
             "The GSNR step (vrgd_tf.gsnr.variance_reduce) must run in a replica context "
             "(inside `strategy.run` or `model.fit`), not in a cross-replica context."
         )
-    sq_sums, num_groups = squares
+    sq_sums, num_groups, count = squares
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"`num_groups` must be an int >= 1; got {num_groups!r}.")
+    _check_count(count, num_groups)
     if num_groups > 1 and sq_sums is None:
         raise ValueError(
             f"`sq_sums` (the sums of squares of the {num_groups} micro-batch "
@@ -130,6 +161,30 @@ def _checked_context(grads, variables, squares, replica_context):
     if sq_sums is not None:
         _check_sq_sums(sq_sums, variables)
     return ctx
+
+
+def _check_count(count, num_groups: int) -> None:
+    """ValueError unless ``count`` (``GroupSquares.count``) is None, an int in
+    ``[0, num_groups]`` or a scalar tensor (spec section 1, contributing samples)."""
+    if count is None:
+        return
+    if isinstance(count, (bool, np.bool_)) or isinstance(count, (float, np.floating)):
+        raise ValueError(
+            f"`num_contributing` must be an int in [0, {num_groups}] or a scalar tensor; "
+            f"got {count!r}."
+        )
+    if isinstance(count, (int, np.integer)):
+        if not 0 <= int(count) <= num_groups:
+            raise ValueError(
+                f"`num_contributing` must be in [0, num_groups={num_groups}] (this "
+                f"replica's samples that hold an example of nonzero weight); got {count}."
+            )
+        return
+    shape = tf.TensorShape(getattr(count, "shape", None))
+    if shape.rank is not None and shape.rank != 0:
+        raise ValueError(
+            f"`num_contributing` must be a scalar (this replica's count); got shape {shape}."
+        )
 
 
 def _check_sq_sums(sq_sums, variables) -> None:
@@ -185,7 +240,7 @@ def _pieces(block):
 def _factors(layout, summed, settings) -> List[factors_lib.Factor]:
     """Per block, the raw factor; none is defined on a step without a GSNR (threshold Inf).
     The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
-    k, active = tf.maximum(summed.count, 1.0), summed.count >= 2.0
+    k, active = tf.maximum(summed.count, 1.0), _active(summed)
     out = []
     for b, s1, s2 in zip(layout.blocks, summed.s1, summed.s2):
         rtol = NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else settings.rtol
@@ -194,14 +249,30 @@ def _factors(layout, summed, settings) -> List[factors_lib.Factor]:
     return out
 
 
-def _report(layout, summed, raw, plan) -> StepReport:
-    """The :class:`StepReport` of a step with a layout, from its sums, raw factors and
-    split-half plan."""
-    active = summed.count >= 2.0
+def _active(summed) -> tf.Tensor:
+    """Scalar bool: the step has a GSNR, i.e. at least 2 samples contributed and no replica
+    sent a stray gradient (spec section 1)."""
+    return tf.logical_and(summed.count >= 2.0, tf.equal(summed.stray, 0.0))
+
+
+def _report(layout, summed, raw, plan, count_given) -> StepReport:
+    """The :class:`StepReport` of a step with a layout, from its sums, raw factors,
+    split-half plan and whether the counts were given."""
+    active = _active(summed)
     finite = tf.reduce_all([f.finite for f in raw])
     no_defined = tf.equal(tf.add_n([tf.reduce_sum(f.num_defined) for f in raw]), 0.0)
     inert = tf.logical_and(tf.logical_and(finite, active), no_defined)
-    return StepReport(layout.num_samples, summed.count, active, finite, inert, plan is not None)
+    stray = summed.stray > 0.0 if count_given else False
+    return StepReport(
+        layout.num_samples,
+        summed.count,
+        active,
+        finite,
+        inert,
+        plan is not None,
+        stray=stray,
+        count_given=count_given,
+    )
 
 
 def _measured(report) -> tf.Tensor:
@@ -380,9 +451,12 @@ def variance_reduce(
     form (``vrgd_tf.gsnr.sparse``). Otherwise a sparse gradient is made dense for the
     statistics and its rows go into the gradients' all-reduce as the strategy's sparse SUM.
 
-    ``k`` counts only the samples that contributed a nonzero gradient (a replica without
-    examples sends zeros; spec section 1). A step with fewer than 2 of them, like a step
-    of one sample, is the base step: factor 1, the momentum state unchanged, zeros recorded
+    ``k`` counts only the contributing samples (spec section 1: those holding an example of
+    nonzero weight; ``squares.count`` where the caller knows it, else a replica counts when
+    some value of its gradients is nonzero or NaN). A replica with a given count of 0 that
+    sent a nonzero gradient (a weight regularizer on a replica without examples) makes the
+    step the base step. A step with fewer than 2 contributing samples, like a step of one
+    sample, is the base step: factor 1, the momentum state unchanged, zeros recorded
     as its diagnostics; the report says so (``report.too_few_samples``). Otherwise the
     factors of all variables (``vrgd_tf.gsnr.factors.factor``) are smoothed if
     ``beta_3 > 0`` (``vrgd_tf.gsnr.smoothing``), passed through ``factor_transforms``,
@@ -405,8 +479,10 @@ def variance_reduce(
         list of ``n`` dense tensors of the variables' shapes (any float dtype, summed in
         float32), this replica's ``sum_j x_j**2`` over its ``num_groups`` micro-batch
         gradients ``x_j`` (``grads`` being ``sum_j x_j``; for a sparse gradient, the
-        squares of each group's dense form), required when ``num_groups > 1``; and
-        ``num_groups``, Python int >= 1, the number ``m`` of groups per replica.
+        squares of each group's dense form), required when ``num_groups > 1``;
+        ``num_groups``, Python int >= 1, the number ``m`` of groups per replica; and
+        ``count``, None (inferred) or this replica's contributing samples (an int in
+        ``[0, m]`` or a scalar tensor).
       settings: the :class:`vrgd_tf.settings.VRGDSettings` (``gamma``, ``beta_3``,
         ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``, ``pack_limit``;
         ``split_half`` with ``statistics_interval`` set the split-half subsample's
@@ -427,7 +503,8 @@ def variance_reduce(
       RuntimeError: called in a cross-replica context.
       TypeError, ValueError: ``settings`` not a ``VRGDSettings``, a gradient without a
         static shape, ``squares`` not a :class:`GroupSquares`,
-        ``num_groups`` < 1, or ``sq_sums`` missing (``num_groups > 1``) or not matching
+        ``num_groups`` < 1, a ``count`` out of ``[0, m]`` or not a scalar, or ``sq_sums``
+        missing (``num_groups > 1``) or not matching
         ``grads``.
     """
     squares = _group_squares(squares)
@@ -449,11 +526,12 @@ def variance_reduce(
         pack_limit=settings.pack_limit,
     )
     plan = halves.plan(layout, settings.split_half_stride)
-    local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares.sq_sums), ctx)
+    local = samples_lib.local_samples(layout, grads, squares.sq_sums, squares.count)
+    local = halves.with_half(plan, local, ctx)
     reduced = collectives.all_reduce_samples(local, ctx, settings.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
     raw = _factors(layout, summed, settings)
-    report = _report(layout, summed, raw, plan)
+    report = _report(layout, summed, raw, plan, squares.count is not None)
     factors = _smoothed(layout, state, summed, raw, report, settings)
     factors = _transformed(layout, summed, factors, report, variables, settings, step)
     report = _with_transforms_finite(report, factors, settings)

@@ -16,7 +16,7 @@ raises, naming the call. Spec: ``docs/spec.md`` sections 1 to 4.
 
 import inspect
 import logging
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Optional
 
 import jax.numpy as jnp
 import keras
@@ -36,12 +36,15 @@ _CALL = "vrgd_tf.use_micro_batches(model, num_groups=m)"
 
 class GroupSums(NamedTuple):
     """What the grouped step hands the optimizer: per trainable variable ``S1`` and ``S2``
-    (float32, the variable's shape, summed over the samples), and ``k`` (float32 scalar,
-    the samples that contributed a nonzero gradient)."""
+    (float32, the variable's shape, summed over the samples), ``k`` (float32 scalar, the
+    contributing samples: those holding an example of nonzero weight, ``docs/spec.md``
+    section 1) and ``stray`` (None or float32 scalar: the samples without such an example
+    that sent a nonzero gradient; > 0 makes the step the base step)."""
 
     s1: List[jnp.ndarray]
     s2: List[jnp.ndarray]
     k: jnp.ndarray
+    stray: Optional[jnp.ndarray] = None
 
 
 def refuse_unsupported(s: settings.VRGDSettings, owner: str) -> None:
@@ -165,6 +168,8 @@ class VRGDOptimizer:
         # A step without a GSNR (k < 2, or no defined element) is the base step and leaves
         # the state; so does a step whose sums are not finite (spec sections 1 to 3).
         has_gsnr = (sums.k >= 2.0) & (defined > 0)
+        if sums.stray is not None:  # a stray gradient cannot be separated (spec section 1)
+            has_gsnr = has_gsnr & (sums.stray == 0.0)
         commit = has_gsnr & finite
         applied = [jnp.where(has_gsnr, r.factor, 1.0) for r in raws]
         if s.beta_3 > 0:

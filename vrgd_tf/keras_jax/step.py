@@ -198,10 +198,10 @@ def grouped_train_step(model, num_groups, state, data, unroll=None):
         acc, y_pred = _scan_groups(group, groups, m, trainable, non_trainable, unroll)
         y_pred = tree.map_structure(lambda t: t.reshape((-1,) + tuple(t.shape[2:])), y_pred)
         if mesh is not None:
-            s1, s2, count, loss, nt = acc
+            s1, s2, count, stray, loss, nt = acc
             first = jax.lax.axis_index(axis) == 0
             nt = [v if _is_float(v) else jnp.where(first, _summable(v), 0) for v in nt]
-            acc = jax.lax.psum((s1, s2, count, loss, nt), axis)
+            acc = jax.lax.psum((s1, s2, count, stray, loss, nt), axis)
         return acc, y_pred
 
     args = (trainable, non_trainable, metrics_vars, optimizer_vars, batch)
@@ -218,8 +218,8 @@ def grouped_train_step(model, num_groups, state, data, unroll=None):
             out_specs=(rep, data_spec),
             check_vma=False,
         )
-    (s1, s2, count, loss, nt), y_pred = device_part(*args)
-    sums = optimizers_lib.GroupSums(list(s1), list(s2), count)
+    (s1, s2, count, stray, loss, nt), y_pred = device_part(*args)
+    sums = optimizers_lib.GroupSums(list(s1), list(s2), count, stray)
     trainable, optimizer_vars = model.optimizer.vrgd_stateless_apply(
         optimizer_vars, sums, trainable
     )
@@ -233,23 +233,37 @@ def grouped_train_step(model, num_groups, state, data, unroll=None):
     return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
 
 
+def _group_contributes(swg):
+    """Scalar bool: the group holds an example of nonzero weight (``swg``: its sample
+    weights, a nest or None; a NaN weight is nonzero)."""
+    weights = [w for w in tree.flatten(swg) if w is not None] if swg is not None else []
+    if not weights:
+        return jnp.array(True)
+    return jnp.any(jnp.stack([jnp.any(jnp.asarray(w) != 0) for w in weights]))
+
+
 def _scan_groups(group, groups, m, trainable, non_trainable, unroll):
     """The ``m`` groups one after another (``lax.scan``; straight-line code for ``m = 1``)
-    with running sums: ``((S1, S2, contributing groups, loss sum, non-trainable), y_pred)``,
-    the non-trainable floats summed in float32 and the other values group 0's, the
-    predictions ``[m, rows / m, ...]``."""
+    with running sums: ``((S1, S2, contributing groups, stray groups, loss sum,
+    non-trainable), y_pred)``, the non-trainable floats summed in float32 and the other
+    values group 0's, the predictions ``[m, rows / m, ...]``. A group contributes when it
+    holds an example of nonzero weight (``docs/spec.md`` section 1: no sample weight, or
+    some weight != 0; its rows are static and > 0); one that does not but has a nonzero
+    gradient (a weight regularizer) is stray."""
 
     def body(carry, item):
         i, xg, yg, swg = item
-        s1, s2, count, loss_sum, nt = carry
+        s1, s2, count, stray, loss_sum, nt = carry
         grads, loss, y_pred, new_nt = group(xg, yg, swg)
         grads = [g.astype("float32") for g in grads]
         squares = [g * g for g in grads]
-        nonzero = sum(sq.sum() for sq in squares) > 0
+        counts = _group_contributes(swg)
+        nonzero = jnp.any(jnp.stack([jnp.any(g != 0) for g in grads])) if grads else False
         carry = (
             [a + g for a, g in zip(s1, grads)],
             [a + sq for a, sq in zip(s2, squares)],
-            count + nonzero.astype("float32"),
+            count + counts.astype("float32"),
+            stray + (~counts & nonzero).astype("float32"),
             loss_sum + loss.astype("float32"),
             [
                 a + v.astype("float32") if _is_float(v) else jnp.where(i == 0, v, a)
@@ -262,6 +276,7 @@ def _scan_groups(group, groups, m, trainable, non_trainable, unroll):
     init = (
         zeros,
         [jnp.zeros_like(z) for z in zeros],
+        jnp.zeros((), "float32"),
         jnp.zeros((), "float32"),
         jnp.zeros((), "float32"),
         [jnp.zeros(v.shape, "float32") if _is_float(v) else v for v in non_trainable],

@@ -129,7 +129,10 @@ class VRGDTrainer(base_trainer.Trainer):
         ``sum_j (g_j / m)**2`` too (sparse gradients: the squares of their dense form), and
         the VRGD optimizer's ``apply_grouped_gradients`` applies them with one step's collectives:
         ``k = replicas * m`` GSNR samples (arXiv 2309.13681, Algorithm 1; the groups are our
-        extension). The step's ``training_loss`` is the mean of the groups' losses.
+        extension). The step's ``training_loss`` is the mean of the groups' losses. The
+        count of contributing samples is taken from the data (``docs/spec.md`` section 1): a
+        group counts when it has rows, so the empty replicas of a short last batch do not,
+        and one that sends a regularizer's gradient makes the step the base step.
 
         What the groups change: batch normalization normalizes each group by its own
         statistics and updates its moving averages ``m`` times per step; anything a task's
@@ -169,10 +172,19 @@ class VRGDTrainer(base_trainer.Trainer):
             )
             return recorder.take(task_name), logs
 
+        groups = micro_batches.split_batch(inputs, m)
+        # The count from the data (spec section 1): a group counts when it has rows (the
+        # tasks' input nests carry no sample-weight convention).
+        contributes = [micro_batches.group_contributes(group) for group in groups]
         result = micro_batches.run_groups(
-            micro_batches.split_batch(inputs, m), group_step, scale=1.0 / m
+            groups, group_step, scale=1.0 / m, contributes=contributes
         )
-        self.optimizer.apply_grouped_gradients(result.grads_and_vars, result.sq_sums, num_groups=m)
+        self.optimizer.apply_grouped_gradients(
+            result.grads_and_vars,
+            result.sq_sums,
+            num_groups=m,
+            num_contributing=result.num_contributing,
+        )
         logs = dict(result.outputs[-1])
         losses = [tf.cast(group_logs[self.task.loss], tf.float32) for group_logs in result.outputs]
         logs[self.task.loss] = tf.add_n(losses) / float(m)
