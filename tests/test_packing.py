@@ -185,12 +185,12 @@ class SameValuesTest(tf.test.TestCase, parameterized.TestCase):
         # The collectives summed the same tensors: one per variable, packed or not.
         self.assertEqual(runs[0].calls, runs[1].calls)
         # Each replica makes each call (in step): the gradients alone, the squares with the
-        # count, the split-half subsample, the float64 gradients.
+        # count and stray flag ([2]), the split-half subsample, the float64 gradients.
         calls = [c for i, c in enumerate(runs[0].calls) if i % K == 0]
         self.assertEqual(
             [len(c) for c in calls[:3]], [len(STEP_VARIABLES), len(STEP_VARIABLES) + 1, 1]
         )
-        self.assertEqual(calls[1][-1], ((), "float32"))
+        self.assertEqual(calls[1][-1], ((2,), "float32"))
         self.assertTrue(all(c == calls[0] for c in runs[0].calls[:K]))
         stats = runs[0].state_values()
         # The step did something: factors below 1 and reliabilities measured.
