@@ -43,3 +43,27 @@ def test_a_masked_group_without_a_regularizer_leaves_three_samples():
     one, four = fit_masked(None, 1, 4), fit_masked(None, 4, 1)
     assert one["has_gsnr"]
     np.testing.assert_allclose(one["mean_gsnr"], four["mean_gsnr"], rtol=1e-4)
+
+
+def test_a_masked_group_steps_as_the_base():
+    """``gamma=1, beta_3=0`` with a masked group is the base's step: the mean over every
+    group, as Keras' loss over the whole batch (the masked rows count in its denominator).
+    Before: the JAX step divided ``S1`` by the 3 contributing groups (4/3 of the base)."""
+    use_devices(1)
+    x, y = data(rows=BATCH)
+    w = np.ones(BATCH, "float32")
+    w[3 * BATCH // 4 :] = 0.0
+
+    def fit(optimizer, groups):
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(3)])
+        model.compile(optimizer, "mse")
+        if groups:
+            vrgd_tf.use_micro_batches(model, num_groups=groups)
+        model.fit(x, y, sample_weight=w, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    vr = fit(vrgd_tf.VRGDSGD(0.5, gamma=1.0, beta_3=0.0), 4)
+    base = fit(keras.optimizers.SGD(0.5), None)
+    for a, b in zip(vr, base):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

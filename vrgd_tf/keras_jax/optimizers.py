@@ -38,13 +38,16 @@ class GroupSums(NamedTuple):
     """What the grouped step hands the optimizer: per trainable variable ``S1`` and ``S2``
     (float32, the variable's shape, summed over the samples), ``k`` (float32 scalar, the
     contributing samples: those holding an example of nonzero weight, ``docs/spec.md``
-    section 1) and ``stray`` (None or float32 scalar: the samples without such an example
-    that sent a nonzero gradient; > 0 makes the step the base step)."""
+    section 1), ``stray`` (None or float32 scalar: the samples without such an example
+    that sent a nonzero gradient; > 0 makes the step the base step) and ``num_samples``
+    (None, or the static ``devices x groups``: the output is ``factor * S1 / num_samples``,
+    the base's mean over the whole batch, whichever samples count; None: ``k``)."""
 
     s1: List[jnp.ndarray]
     s2: List[jnp.ndarray]
     k: jnp.ndarray
     stray: Optional[jnp.ndarray] = None
+    num_samples: Optional[float] = None
 
 
 def refuse_unsupported(s: settings.VRGDSettings, owner: str) -> None:
@@ -175,7 +178,10 @@ class VRGDOptimizer:
         if s.beta_3 > 0:
             applied = self._vrgd_smooth(applied, has_gsnr, commit)
         self._vrgd_record(sums, raws, applied, has_gsnr, finite)
-        inv_k = 1.0 / jnp.maximum(sums.k, 1.0)
+        # The mean over every sample, as the base's loss over the whole batch (a group
+        # without examples of nonzero weight still counts in its denominator).
+        total = sums.k if sums.num_samples is None else sums.num_samples
+        inv_k = 1.0 / jnp.maximum(total, 1.0)
         return [
             (f * s1 * inv_k).astype(var.dtype)
             for f, s1, var in zip(applied, sums.s1, self._trainable_variables)

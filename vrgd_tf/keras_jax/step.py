@@ -219,7 +219,7 @@ def grouped_train_step(model, num_groups, state, data, unroll=None):
             check_vma=False,
         )
     (s1, s2, count, stray, loss, nt), y_pred = device_part(*args)
-    sums = optimizers_lib.GroupSums(list(s1), list(s2), count, stray)
+    sums = optimizers_lib.GroupSums(list(s1), list(s2), count, stray, float(k))
     trainable, optimizer_vars = model.optimizer.vrgd_stateless_apply(
         optimizer_vars, sums, trainable
     )
