@@ -178,7 +178,7 @@ def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
     applied = [1.0] * len(layout.blocks)
     if level >= 1:
         raw = step_lib._factors(layout, summed, settings)
-        report = step_lib._report(layout, summed, raw, plan)
+        report = step_lib._report(layout, summed, raw, plan, False)
         factors = step_lib._Factors(raw, [f.factor for f in raw], None)
         if level >= 2:
             factors = step_lib._smoothed(layout, state, summed, raw, report, settings)
