@@ -3,7 +3,7 @@
 Each run is a subprocess (so that ``--cpu_replicas=2`` can split its CPU before TensorFlow
 starts). The tiny BERT trains on the Shakespeare pretraining set and the tiny ResNet on
 scikit-learn's digits, both made here by ``examples/data/prepare_model_garden_data.py``. The two
-first runs go in parallel, then the two restarts:
+first runs go in parallel, then BERT's restart:
 
 1. ``train_and_eval`` for 30 steps: the training loss falls, a checkpoint is written and the
    evaluation runs (its summaries are there);
@@ -178,11 +178,11 @@ class TrainPyEndToEndTest(tf.test.TestCase):
             for path in glob.glob(prefix + ".*"):
                 shutil.copy(path, dest)
             cls.saved[name] = os.path.join(dest, os.path.basename(prefix))
-        # The restarts only train (the evaluation was checked on the first runs).
-        second = [
-            Run(*cls.bert_args, SECOND_STEPS, mode="train"),
-            Run(*cls.resnet_args, SECOND_STEPS, mode="train"),
-        ]
+        # The restart only trains (the evaluation was checked on the first runs). One
+        # representative, BERT (VR-LAMB with beta_3's state): the resume is Model Garden's
+        # and the same for both, and ResNet's state is checked restored in process (the
+        # suite's time, issue 36).
+        second = [Run(*cls.bert_args, SECOND_STEPS, mode="train")]
         cls.second = {r.name: r.wait() for r in second}
         timings = ", ".join(
             f"{n} {r.steps} steps {r.seconds:.0f} s"
@@ -284,9 +284,8 @@ class TrainPyEndToEndTest(tf.test.TestCase):
             "bert", "tiny_bert_shakespeare_vrlamb.yaml", "vrgd_bert_pretraining", self.bert_args[4]
         )
 
-    def test_resnet_trains_evaluates_and_resumes(self):
+    def test_resnet_trains_evaluates_and_restores(self):
         self._check_first_run("resnet", "accuracy")
-        self._check_restart("resnet")
         self._check_restore_in_process(
             "resnet",
             "tiny_resnet_digits_vrlars.yaml",

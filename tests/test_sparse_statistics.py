@@ -30,7 +30,9 @@ class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(*CASES)
     def test_weights_state_and_diagnostics_equal_the_dense_path(self, family, name, beta_3):
         make_vr = OPTIMIZERS[(family, name)][0]
-        for k in (1, 2, 4):
+        # Every optimizer on 1, 2 and 4 replicas across its two beta_3 cases (the suite's
+        # time, issue 36: each run traces a step).
+        for k in (1, 4) if beta_3 == 0.0 else (2,):
             sparse = run(family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3))
             dense = run(
                 family,
@@ -80,13 +82,14 @@ class FakeReplicaContext:
 
     def all_gather(self, value, axis):
         """The sparse path's one call: indices, rows packed with squares, and (no dense
-        gradient carries it) the count of samples that contributed, ``[1]``."""
+        gradient carries it) the count of samples that contributed and the stray flag,
+        ``[2]``."""
         assert axis == 0 and len(value) == 3
         theirs = [local_rows(*g) for g in self.others]
         return [
             tf.concat([value[0]] + [tf.constant(t[0], value[0].dtype) for t in theirs], 0),
             tf.concat([value[1]] + [tf.constant(t[1]) for t in theirs], 0),
-            tf.concat([value[2]] + [tf.ones([1]) for _ in theirs], 0),
+            tf.concat([value[2]] + [tf.constant([1.0, 0.0]) for _ in theirs], 0),
         ]
 
     def all_reduce(self, op, value):
