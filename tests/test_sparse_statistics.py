@@ -31,15 +31,11 @@ class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
     def test_weights_state_and_diagnostics_equal_the_dense_path(self, family, name, beta_3):
         make_vr = OPTIMIZERS[(family, name)][0]
         for k in (1, 2, 4):
-            sparse = run(
-                family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3, statistics_interval=1)
-            )
+            sparse = run(family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3))
             dense = run(
                 family,
                 k,
-                lambda: make_vr(
-                    gamma=0.1, beta_3=beta_3, sparse_statistics="dense", statistics_interval=1
-                ),
+                lambda: make_vr(gamma=0.1, beta_3=beta_3, sparse_statistics="dense"),
             )
             self.assertAllClose(sparse[0], dense[0], rtol=1e-5, atol=1e-6, msg=f"k={k}")
             self.assertGreater(np.abs(sparse[0] - 1.0).max(), 1e-4)  # it trained
