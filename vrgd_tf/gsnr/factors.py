@@ -14,7 +14,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from vrgd_tf import naming
-from vrgd_tf.gsnr import packing
+from vrgd_tf.gsnr import packing, reductions
 from vrgd_tf.gsnr.options import transform_label
 
 __all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
@@ -68,12 +68,7 @@ def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
     Returns:
       :class:`Factor`.
     """
-    signal = tf.square(s1) * (1.0 / k)
-    noise = s2 - signal
-    defined = noise > threshold * s2
-    # signal / noise where defined (noise > 0 there), 0 elsewhere: a division by 0 is never
-    # taken (divide_no_nan gives 0), so no Inf or NaN is formed.
-    ratio = tf.math.divide_no_nan(signal, tf.where(defined, noise, 0.0))
+    defined, ratio = _ratio(s1, s2, k, threshold)
     (num_defined, total), finite = packing.sums(
         [tf.cast(defined, tf.float32), ratio], sizes, finite_of=s1
     )
@@ -82,11 +77,32 @@ def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
     safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
     # Without a usable mean the clip's bounds are (1, 1): factor 1 for the whole variable.
     low = tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
+    # Under XLA the mask and the ratio are taken again from S1 and S2 in the loop that
+    # applies them (the same values; none of them is written out between the loops).
+    b1, b2, safe_mean_ratio, low = reductions.recompute_after(s1, s2, safe_mean_ratio, low)
+    if b1 is not s1:
+        defined, ratio = _ratio(b1, b2, k, threshold)
+    raw = _applied(defined, ratio, safe_mean_ratio, low, sizes)
+    return Factor(raw, mean_ratio, num_defined, finite)
+
+
+def _applied(defined, ratio, safe_mean_ratio, low, sizes) -> tf.Tensor:
+    """``clip(r / mean(r), low, 1)`` where the GSNR is defined, else 1."""
     safe_mean_ratio = packing.per_element(safe_mean_ratio, sizes)
     low = packing.per_element(low, sizes)
     # A scalar 1.0, not ones_like: no tensor of ones is made.
-    raw = tf.where(defined, clip(ratio / safe_mean_ratio, low), 1.0)
-    return Factor(raw, mean_ratio, num_defined, finite)
+    return tf.where(defined, clip(ratio / safe_mean_ratio, low), 1.0)
+
+
+def _ratio(s1, s2, k, threshold):
+    """``(defined, ratio)``: where the GSNR is defined, and ``r = signal / noise`` there, 0
+    elsewhere."""
+    signal = tf.square(s1) * (1.0 / k)
+    noise = s2 - signal
+    defined = noise > threshold * s2
+    # signal / noise where defined (noise > 0 there), 0 elsewhere: a division by 0 is never
+    # taken (divide_no_nan gives 0), so no Inf or NaN is formed.
+    return defined, tf.math.divide_no_nan(signal, tf.where(defined, noise, 0.0))
 
 
 class FactorContext(NamedTuple):

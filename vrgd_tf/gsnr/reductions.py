@@ -19,10 +19,11 @@ try:  # pragma: no cover - present in every supported TensorFlow (vrgd_tf.versio
     from tensorflow.compiler.tf2xla.python import xla as _xla
 
     _VARIADIC_REDUCE = getattr(_xla, "variadic_reduce", None)
+    _BARRIER = getattr(_xla, "optimization_barrier", None)
 except ImportError:  # pragma: no cover
-    _VARIADIC_REDUCE = None
+    _VARIADIC_REDUCE = _BARRIER = None
 
-__all__ = ["in_xla", "sums"]
+__all__ = ["in_xla", "sums", "recompute_after"]
 
 _REDUCERS = {}
 
@@ -30,6 +31,23 @@ _REDUCERS = {}
 def in_xla() -> bool:
     """Whether the op being built goes to XLA (``jit_compile=True``, a TPU function)."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def recompute_after(*tensors):
+    """``tensors`` themselves, or, inside an XLA context, the same values through one XLA
+    ``opt-barrier``: what is computed from them is then not merged (CSE) with what was
+    computed from the originals, so XLA recomputes it in the fusion that uses it.
+
+    The GSNR step takes the factor's per-variable sums from ``S1`` and ``S2`` and then
+    applies the factor element by element from them again: without the barrier XLA on CPU
+    shares the mask, the noise and the ratio between the two loops and writes them out (and
+    reads them back); with it, the sums are one fused loop over ``S1`` and ``S2`` and none
+    of them is written out (``docs/cost_model.md`` section 6). XLA still merges two
+    barriers on the same tensors, so a second consumer of the factor shares it. The values
+    are the same (the same operations on the same inputs)."""
+    if _BARRIER is None or not in_xla():
+        return tensors
+    return tuple(_BARRIER(*tensors))
 
 
 def _reducer(n: int):

@@ -20,6 +20,7 @@ any ``beta_3`` is the base step bit for bit. The TensorFlow path has its own def
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -60,17 +61,28 @@ def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
       :class:`Factor`; no Inf or NaN is formed from finite sums.
     """
     threshold = jnp.where(k >= 2.0, rtol * k, jnp.inf)
-    signal = jnp.square(s1) * (1.0 / jnp.maximum(k, 1.0))
-    noise = s2 - signal
-    defined = noise > threshold * s2
-    ratio = jnp.where(defined, signal / jnp.where(defined, noise, 1.0), 0.0)
+    defined, ratio = _ratio(s1, s2, k, threshold)
     num_defined = jnp.sum(defined, dtype=jnp.float32)
     mean_ratio = jnp.where(num_defined > 0, jnp.sum(ratio) / jnp.maximum(num_defined, 1.0), 0.0)
+    finite = jnp.all(jnp.isfinite(s1))
     usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
     safe = jnp.where(usable, mean_ratio, 1.0)
     low = jnp.where(usable, jnp.float32(gamma), 1.0)
+    # The mask and the ratio taken again from S1 and S2 behind a barrier, in the loop that
+    # applies them: XLA then does not write them out between the sums and that loop (the
+    # same values; vrgd_tf.gsnr.reductions.recompute_after).
+    s1, s2, safe, low = jax.lax.optimization_barrier((s1, s2, safe, low))
+    defined, ratio = _ratio(s1, s2, k, threshold)
     raw = jnp.where(defined, jnp.clip(ratio / safe, low, 1.0), 1.0)
-    return Factor(raw, mean_ratio, num_defined, jnp.all(jnp.isfinite(s1)))
+    return Factor(raw, mean_ratio, num_defined, finite)
+
+
+def _ratio(s1, s2, k, threshold):
+    """``(defined, r)``: where the GSNR is defined, and ``signal / noise`` there, else 0."""
+    signal = jnp.square(s1) * (1.0 / jnp.maximum(k, 1.0))
+    noise = s2 - signal
+    defined = noise > threshold * s2
+    return defined, jnp.where(defined, signal / jnp.where(defined, noise, 1.0), 0.0)
 
 
 def smooth(raw, deficit, correction, beta_3: float, gamma: float):
