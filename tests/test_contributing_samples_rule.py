@@ -52,12 +52,16 @@ def capture_logs():
 
 def families():
     """``(name, make VRGDSGD(**kw), make_variable)`` of both families."""
-    out = [("keras3", lambda **kw: vrgd_tf.VRGDSGD(0.1, **kw), None)]
+    out = [("keras3", lambda **kw: vrgd_tf.VRGDSGD(0.1, statistics_interval=1, **kw), None)]
     if util.HAS_TF_KERAS:
         from vrgd_tf import tf_keras as vtk
 
         out.append(
-            ("tf_keras", lambda **kw: vtk.VRGDSGD(0.1, **kw), lambda n, v: tf.Variable(v, name=n))
+            (
+                "tf_keras",
+                lambda **kw: vtk.VRGDSGD(0.1, statistics_interval=1, **kw),
+                lambda n, v: tf.Variable(v, name=n),
+            )
         )
     return out
 
@@ -230,7 +234,7 @@ def fit_once(replicas, groups, x, y, w, regularizer=None, batch=8, epochs=1):
         layer = keras.layers.Dense(3, use_bias=False, kernel_regularizer=regularizer)
         model = keras.Sequential([keras.Input((4,)), layer])
         model.layers[0].kernel.assign(w0)
-        model.compile(optimizer=vrgd_tf.VRGDSGD(0.01, gamma=0.1), loss="mse")
+        model.compile(optimizer=vrgd_tf.VRGDSGD(0.01, gamma=0.1, statistics_interval=1), loss="mse")
     if groups is not None:
         vrgd_tf.use_micro_batches(model, groups)
     kernels = []
@@ -324,7 +328,7 @@ class ModelGardenTest(tf.test.TestCase):
                 experiment(2, 16),
                 task,
                 model=task.build_model(),
-                optimizer=vtk.VRGDSGD(0.01, gamma=0.1),
+                optimizer=vtk.VRGDSGD(0.01, gamma=0.1, statistics_interval=1),
                 train=True,
                 evaluate=False,
                 train_dataset=dataset,

@@ -21,7 +21,7 @@ def fit_masked(regularizer, devices, groups):
     keras.utils.set_random_seed(1)
     layer = keras.layers.Dense(3, kernel_regularizer=regularizer)
     model = keras.Sequential([keras.Input((x.shape[1],)), layer])
-    model.compile(vrgd_tf.VRGDSGD(0.01, gamma=0.1), "mse")
+    model.compile(vrgd_tf.VRGDSGD(0.01, gamma=0.1, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=groups)
     model.fit(x, y, sample_weight=w, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     stats = vrgd_tf.vrgd_statistics(model.optimizer)
