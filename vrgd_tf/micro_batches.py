@@ -441,7 +441,7 @@ def group_contributes(group, sample_weight=None) -> tf.Tensor:
         leaves ignored); None: every example has weight 1. A NaN weight is nonzero.
 
     Returns:
-      A scalar bool tensor: rows > 0 and (no weights, or some weight != 0).
+      tf.Tensor: scalar bool, rows > 0 and (no weights, or some weight != 0).
     """
     leaves = [t for t in keras.tree.flatten(group) if t is not None and _has_rows(t)]
     has = tf.constant(True) if not leaves else _dynamic_rows(leaves[0]) > 0
