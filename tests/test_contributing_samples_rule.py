@@ -182,7 +182,7 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             w = keras.Variable(np.zeros(3, np.float32), name="w")
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
             agg.build([w])
         values = tf.constant([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0]])
 
@@ -203,7 +203,7 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             w = keras.Variable(np.zeros(3, np.float32), name="w")
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
             agg.build([w])
         for bad in (2, -1, 0.5, True):
 
