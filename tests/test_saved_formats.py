@@ -30,9 +30,8 @@ EXPECTED = dict(np.load(os.path.join(HERE, "expected.npz")))
 
 def _family(name):
     """``(make_variable, make_optimizer)``: the optimizer as the fixtures' code made it. A
-    checkpoint holds state, not settings: their ``statistics_interval`` was 1, the default
-    then (100 now, issue 39), so it is passed here, as a user restoring such a checkpoint
-    passes it to record every step again."""
+    checkpoint holds state, not settings: their ``statistics_interval`` was 1 (the default),
+    passed here so that the test holds whatever the default becomes (issue 39, item 4)."""
     import vrgd_tf
 
     if name == "keras3":
