@@ -41,13 +41,20 @@ class _Records(logging.Handler):
 
 @contextlib.contextmanager
 def capture_logs():
-    """The ``vrgd_tf`` logger's warnings in the block (none is fine, unlike assertLogs)."""
+    """The ``vrgd_tf`` logger's warnings in the block (none is fine, unlike assertLogs),
+    whatever level an earlier test in the process left on the logger (the suite's worker
+    runs other files first: these tests passed alone and failed there)."""
     handler, logger = _Records(), logging.getLogger("vrgd_tf")
+    level, disabled = logger.level, logger.disabled
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
     logger.addHandler(handler)
     try:
         yield handler
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
 
 
 def families():

@@ -121,7 +121,9 @@ def all_cases():
 class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
     def setUp(self):
         super().setUp()
-        logging.getLogger("vrgd_tf").setLevel(logging.ERROR)  # the one-replica warning
+        logger = logging.getLogger("vrgd_tf")
+        self.addCleanup(logger.setLevel, logger.level)  # (later tests listen on it)
+        logger.setLevel(logging.ERROR)  # the one-replica warning
 
     @parameterized.named_parameters(*all_cases())
     def test_trains_like_float32_or_refuses_at_build(self, family, name, dtype):

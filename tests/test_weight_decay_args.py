@@ -44,7 +44,9 @@ def decayed(cls):
 class WeightDecayArgumentTest(tf.test.TestCase, parameterized.TestCase):
     def setUp(self):
         super().setUp()
-        logging.getLogger("vrgd_tf").setLevel(logging.ERROR)  # the one-replica warning
+        logger = logging.getLogger("vrgd_tf")
+        self.addCleanup(logger.setLevel, logger.level)  # (later tests listen on it)
+        logger.setLevel(logging.ERROR)  # the one-replica warning
 
     @parameterized.parameters(*LAYERWISE)
     def test_keras_weight_decay_is_refused_naming_weight_decay_rate(self, cls):
