@@ -86,7 +86,7 @@ PASS_GROUPS = 4
 #: The VR-LAMB steps of the passes part: the defaults (``vrgd``, the one the issue's aim is
 #: about), and two that split its cost: no diagnostics, and no diagnostics nor factor momentum.
 VR_VARIANTS = {
-    "vrgd": {},
+    "vrgd": {"statistics_interval": 1},  # every step (the default is 100 since issue 39)
     "vrgd_no_statistics": {"statistics_interval": 0},
     "vrgd_raw_factor": {"statistics_interval": 0, "beta_3": 0.0},
 }

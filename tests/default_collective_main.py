@@ -131,8 +131,10 @@ def optimizers(family):
         "vr_sgd_bf16_split": lambda: v.VRGDSGD(
             0.1, squares_dtype="bfloat16", split_half=True, **same
         ),
-        "vr_sgd_gamma": lambda: v.VRGDSGD(0.1, gamma=0.5),
-        "vr_sgd_gamma_split": lambda: v.VRGDSGD(0.1, gamma=0.5, split_half=True),
+        "vr_sgd_gamma": lambda: v.VRGDSGD(0.1, gamma=0.5, statistics_interval=1),
+        "vr_sgd_gamma_split": lambda: v.VRGDSGD(
+            0.1, gamma=0.5, split_half=True, statistics_interval=1
+        ),
         "adam": lambda: adam(0.01),
         "vr_adam": lambda: v.VRGDAdam(0.01, **same),
         "vr_adam_split": lambda: v.VRGDAdam(0.01, split_half=True, **same),

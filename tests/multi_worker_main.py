@@ -35,10 +35,12 @@ def main():
             from vrgd_tf import tf_keras as vtk
 
             w = tf.Variable(init, name="w")
-            opt = vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)
+            opt = vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1)
         else:
             w = keras.Variable(init, name="w")
-            opt = vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)
+            opt = vrgd_tf.VRGDLamb(
+                learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1
+            )
             opt.build([w])
     const = tf.constant(grads)
 

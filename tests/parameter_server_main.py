@@ -39,16 +39,16 @@ def main():
         variable = keras.Variable([1.0, 2.0], name="w")
     out = {}
     with strategy.scope():
-        out["keras3_construct"] = outcome(lambda: vrgd_tf.VRGDLamb(0.01))
-        out["aggregator"] = outcome(lambda: vrgd_tf.GSNRAggregator())
-    outside = vrgd_tf.VRGDSGD(0.1)
+        out["keras3_construct"] = outcome(lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1))
+        out["aggregator"] = outcome(lambda: vrgd_tf.GSNRAggregator(statistics_interval=1))
+    outside = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
     with strategy.scope():
         out["keras3_build"] = outcome(lambda: outside.build([variable]))
     if all(importlib.util.find_spec(m) is not None for m in ("tf_keras", "official")):
         from vrgd_tf import tf_keras as vtk
 
         with strategy.scope():
-            out["tf_keras_construct"] = outcome(lambda: vtk.VRGDSGD(0.1))
+            out["tf_keras_construct"] = outcome(lambda: vtk.VRGDSGD(0.1, statistics_interval=1))
     print(json.dumps(out))
 
 

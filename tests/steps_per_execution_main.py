@@ -24,13 +24,19 @@ def fit(strategy, family, optimizer, steps_per_execution):
 
         from vrgd_tf import tf_keras as vtk
 
-        make = {"base": lambda: k.optimizers.legacy.SGD(0.05), "vr": lambda: vtk.VRGDSGD(0.05)}
+        make = {
+            "base": lambda: k.optimizers.legacy.SGD(0.05),
+            "vr": lambda: vtk.VRGDSGD(0.05, statistics_interval=1),
+        }
     else:
         import keras as k
 
         import vrgd_tf
 
-        make = {"base": lambda: k.optimizers.SGD(0.05), "vr": lambda: vrgd_tf.VRGDSGD(0.05)}
+        make = {
+            "base": lambda: k.optimizers.SGD(0.05),
+            "vr": lambda: vrgd_tf.VRGDSGD(0.05, statistics_interval=1),
+        }
     rng = np.random.RandomState(0)
     x = rng.randn(80, 3).astype(np.float32)
     y = (x @ rng.randn(3, 1) + rng.randn(80, 1)).astype(np.float32)

@@ -55,7 +55,7 @@ def one_step(make_optimizer, replica_step, *, legacy=False, replicas=R, also_bui
     strategy = util.strategy_for(replicas)
     with strategy.scope():
         w = (tf.Variable if legacy else keras.Variable)(INIT, name="w")
-        aggregator = vrgd_tf.GSNRAggregator(gamma=GAMMA)
+        aggregator = vrgd_tf.GSNRAggregator(gamma=GAMMA, statistics_interval=1)
         aggregator.build([w])
         for other in also_build:
             other.build([w])
@@ -192,11 +192,11 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
             optimizer.apply_gradients(zip(shares, [w]))
 
         with self.assertLogs("vrgd_tf", "WARNING") as logs:
-            w, _ = one_step(lambda: vrgd_tf.VRGDSGD(LR), replica_step)
+            w, _ = one_step(lambda: vrgd_tf.VRGDSGD(LR, statistics_interval=1), replica_step)
         self.assert_step(w, WEIGHTED_SUM)
         self.assertRegex("\n".join(logs.output), "no variable had a defined GSNR")
 
-        again = vrgd_tf.GSNRAggregator(gamma=GAMMA, name="second")
+        again = vrgd_tf.GSNRAggregator(gamma=GAMMA, name="second", statistics_interval=1)
 
         def twice(aggregator, optimizer, w, x):
             shares = aggregator(local_gradient(w, x), [w])
@@ -210,7 +210,9 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(1)
         with strategy.scope():
             w = tf.Variable(INIT, name="w")
-            first, second = (vrgd_tf.GSNRAggregator(gamma=GAMMA) for _ in range(2))
+            first, second = (
+                vrgd_tf.GSNRAggregator(gamma=GAMMA, statistics_interval=1) for _ in range(2)
+            )
             first.build([w])
             second.build([w])
         g = tf.constant(GRADS[0])
@@ -309,7 +311,7 @@ class TfKerasContractTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(
             ValueError, r"experimental_aggregate_gradients=False.*GSNRAggregator.*share"
         ):
-            one_step(lambda: vtk.VRGDSGD(LR), replica_step, legacy=True)
+            one_step(lambda: vtk.VRGDSGD(LR, statistics_interval=1), replica_step, legacy=True)
 
 
 #: tf_keras ``apply_gradients`` of the untouched output in a process that never imports

@@ -183,7 +183,7 @@ class TfKerasDeferredSlotRestoreTest(tf.test.TestCase):
         from vrgd_tf import tf_keras as vtk
 
         w = tf.Variable(np.linspace(-1.0, 1.0, 4).astype(np.float32), name="w")
-        return w, vtk.VRGDAdam(0.05, beta_3=0.9)
+        return w, vtk.VRGDAdam(0.05, beta_3=0.9, statistics_interval=1)
 
     @staticmethod
     def _step(opt, w, groups):

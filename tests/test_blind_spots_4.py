@@ -143,14 +143,14 @@ class CompatV1ParameterServerTest(tf.test.TestCase):
     def test_refused_in_both_families_and_by_the_aggregator(self):
         strategy = tf.compat.v1.distribute.experimental.ParameterServerStrategy()
         makers = {
-            "VRGDSGD": lambda: vrgd_tf.VRGDSGD(0.1),
-            "VRGDLamb": lambda: vrgd_tf.VRGDLamb(0.01),
-            "gsnr_aggregator": lambda: vrgd_tf.GSNRAggregator(),
+            "VRGDSGD": lambda: vrgd_tf.VRGDSGD(0.1, statistics_interval=1),
+            "VRGDLamb": lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1),
+            "gsnr_aggregator": lambda: vrgd_tf.GSNRAggregator(statistics_interval=1),
         }
         if util.HAS_TF_KERAS:
             vtk = _tf_keras()
-            makers["tf_keras VRGDSGD"] = lambda: vtk.VRGDSGD(0.1)
-            makers["tf_keras VRGDAdam"] = lambda: vtk.VRGDAdam(0.01)
+            makers["tf_keras VRGDSGD"] = lambda: vtk.VRGDSGD(0.1, statistics_interval=1)
+            makers["tf_keras VRGDAdam"] = lambda: vtk.VRGDAdam(0.01, statistics_interval=1)
         with tf.Graph().as_default(), strategy.scope():
             for case, make in makers.items():
                 with self.assertRaisesRegex(
@@ -166,7 +166,7 @@ def traced_ops(pack_limit, sizes):
     """Graph nodes of one traced ``GSNRAggregator`` step (one device, 2 micro-batch groups,
     diagnostics recorded, ``beta_3 = 0.9``) over dense variables of ``sizes`` elements."""
     variables = [tf.Variable(tf.zeros([n]), name=f"v{i}") for i, n in enumerate(sizes)]
-    aggregator = vrgd_tf.GSNRAggregator(beta_3=0.9, pack_limit=pack_limit)
+    aggregator = vrgd_tf.GSNRAggregator(beta_3=0.9, pack_limit=pack_limit, statistics_interval=1)
     aggregator.build(variables)
 
     @tf.function
@@ -204,16 +204,16 @@ class GammaNanTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_keras3_family_and_the_aggregator(self):
         makers = {
-            "VRGDSGD": lambda: vrgd_tf.VRGDSGD(0.1, gamma=self.NAN),
-            "VRGDAdam": lambda: vrgd_tf.VRGDAdam(0.1, gamma=self.NAN),
-            "VRGDLars": lambda: vrgd_tf.VRGDLars(0.1, gamma=self.NAN),
-            "VRGDLamb": lambda: vrgd_tf.VRGDLamb(0.1, gamma=self.NAN),
+            "VRGDSGD": lambda: vrgd_tf.VRGDSGD(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDAdam": lambda: vrgd_tf.VRGDAdam(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDLars": lambda: vrgd_tf.VRGDLars(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDLamb": lambda: vrgd_tf.VRGDLamb(0.1, gamma=self.NAN, statistics_interval=1),
             "make_vrgd_optimizer(AdamW)": lambda: vrgd_tf.make_vrgd_optimizer(
                 keras.optimizers.AdamW
             )(0.1, gamma=self.NAN),
-            "GSNRAggregator": lambda: vrgd_tf.GSNRAggregator(gamma=self.NAN),
+            "GSNRAggregator": lambda: vrgd_tf.GSNRAggregator(gamma=self.NAN, statistics_interval=1),
             "GSNRAggregator(settings)": lambda: vrgd_tf.GSNRAggregator(
-                settings=vrgd_tf.settings.VRGDSettings(gamma=self.NAN)
+                settings=vrgd_tf.settings.VRGDSettings(gamma=self.NAN), statistics_interval=1
             ),
         }
         for case, make in makers.items():
@@ -226,10 +226,10 @@ class GammaNanTest(tf.test.TestCase, parameterized.TestCase):
 
         vtk = _tf_keras()
         makers = {
-            "VRGDSGD": lambda: vtk.VRGDSGD(0.1, gamma=self.NAN),
-            "VRGDAdam": lambda: vtk.VRGDAdam(0.1, gamma=self.NAN),
-            "VRGDLars": lambda: vtk.VRGDLars(0.1, gamma=self.NAN),
-            "VRGDLamb": lambda: vtk.VRGDLamb(0.1, gamma=self.NAN),
+            "VRGDSGD": lambda: vtk.VRGDSGD(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDAdam": lambda: vtk.VRGDAdam(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDLars": lambda: vtk.VRGDLars(0.1, gamma=self.NAN, statistics_interval=1),
+            "VRGDLamb": lambda: vtk.VRGDLamb(0.1, gamma=self.NAN, statistics_interval=1),
             "make_vrgd_optimizer(Adamax)": lambda: vtk.make_vrgd_optimizer(
                 tf_keras.optimizers.legacy.Adamax
             )(0.1, gamma=self.NAN),
@@ -247,10 +247,10 @@ class NonFiniteStepKeepsDiagnosticsTest(tf.test.TestCase, parameterized.TestCase
     def test_the_recorded_diagnostics_are_kept(self, family):
         if family == "tf_keras":
             util.skip_without_tf_keras(self)
-            make_optimizer = lambda: _tf_keras().VRGDSGD(0.1, beta_3=0.9)  # noqa: E731
+            make_optimizer = lambda: _tf_keras().VRGDSGD(0.1, beta_3=0.9, statistics_interval=1)  # noqa: E731
             make_variable = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
         else:
-            make_optimizer = lambda: vrgd_tf.VRGDSGD(0.1, beta_3=0.9)  # noqa: E731
+            make_optimizer = lambda: vrgd_tf.VRGDSGD(0.1, beta_3=0.9, statistics_interval=1)  # noqa: E731
             make_variable = None
         rng = np.random.RandomState(2)
         grads = rng.randn(2, 2, 6).astype(np.float32)  # [step, replica, element]

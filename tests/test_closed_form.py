@@ -184,7 +184,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
             util.strategy_for(2),
-            lambda: cls(learning_rate=1.0, momentum=0.0, gamma=0.1),
+            lambda: cls(learning_rate=1.0, momentum=0.0, gamma=0.1, statistics_interval=1),
             {"w": np.zeros(2, np.float32)},
             _grads([[1.0, 0.0], [3.0, 2.0]]),
             make_variable=make_variable,
@@ -211,7 +211,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         w = np.zeros(2)
         for i, variables, _ in util.custom_loop_steps(
             util.strategy_for(2),
-            lambda: cls(learning_rate=1.0, gamma=0.1, beta_3=0.5),
+            lambda: cls(learning_rate=1.0, gamma=0.1, beta_3=0.5, statistics_interval=1),
             {"w": np.zeros(2, np.float32)},
             grads,
             make_variable=make_variable,
@@ -228,7 +228,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         cls, make_variable = FAMILIES[family]
         variables, opt = util.run_custom_loop(
             util.strategy_for(2),
-            lambda: cls(learning_rate=1.0, gamma=0.2),
+            lambda: cls(learning_rate=1.0, gamma=0.2, statistics_interval=1),
             {"w": np.zeros(2, np.float32)},
             _grads([[2.0, 4.0], [0.0, 2.0]]),
             make_variable=make_variable,
@@ -281,7 +281,7 @@ class OptimizerClosedFormTest(tf.test.TestCase, parameterized.TestCase):
         ]
         for i, _, opt in util.custom_loop_steps(
             util.strategy_for(2),
-            lambda: cls(learning_rate=1.0, gamma=0.1),
+            lambda: cls(learning_rate=1.0, gamma=0.1, statistics_interval=1),
             {"w": np.zeros(2, np.float32)},
             grads,
             make_variable=make_variable,

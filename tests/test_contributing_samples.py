@@ -65,7 +65,7 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         init, grads = util.make_varying_problem(2, seed=5, steps=3)
         variables, opt = util.run_custom_loop(
             util.strategy_for(4),
-            lambda: make_vr(gamma=0.1, beta_3=0.5),
+            lambda: make_vr(gamma=0.1, beta_3=0.5, statistics_interval=1),
             init,
             with_empty_replicas(grads, 2),
             make_variable=make_variable,
@@ -90,7 +90,7 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertLogs("vrgd_tf", level=logging.WARNING) as logs:
             variables, opt = util.run_custom_loop(
                 strategy,
-                lambda: make_vr(gamma=0.1, beta_3=0.9),
+                lambda: make_vr(gamma=0.1, beta_3=0.9, statistics_interval=1),
                 init,
                 grads,
                 make_variable=make_variable,
@@ -117,7 +117,7 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         y = (x @ rng.randn(4, 3) + rng.randn(6, 3)).astype(np.float32)
         with util.strategy_for(4).scope():
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, use_bias=False)])
-            model.compile(optimizer=vrgd_tf.VRGDSGD(0.01), loss="mse")
+            model.compile(optimizer=vrgd_tf.VRGDSGD(0.01, statistics_interval=1), loss="mse")
         kernels = []
         snapshot = keras.callbacks.LambdaCallback(
             on_train_batch_begin=lambda *_, **__: kernels.append(model.layers[0].kernel.numpy())
@@ -182,7 +182,7 @@ class ContributingSamplesTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             var = tf.Variable(np.zeros((4, 2), np.float32), name="table")
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1, sparse_statistics=mode)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, sparse_statistics=mode, statistics_interval=1)
             agg.build([var])
         values = np.array([[[1.0, 2.0], [3.0, -1.0]], [[1e-20, 1e-20], [-1e-20, 1e-20]]])
 

@@ -41,7 +41,11 @@ class FactorTransformTest(tf.test.TestCase):
         def make():
             transforms = [] if transform is None else [transform(None)]
             return vrgd_tf.VRGDSGD(
-                learning_rate=1.0, momentum=0.0, gamma=0.1, factor_transforms=transforms
+                learning_rate=1.0,
+                momentum=0.0,
+                gamma=0.1,
+                factor_transforms=transforms,
+                statistics_interval=1,
             )
 
         variables, opt = util.run_custom_loop(
@@ -155,7 +159,9 @@ class FactorTransformTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             a = tf.Variable(tf.zeros([3, 2]))
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.0, factor_transforms=[halve])
+            agg = vrgd_tf.GSNRAggregator(
+                gamma=0.1, beta_3=0.0, factor_transforms=[halve], statistics_interval=1
+            )
             agg.build([a])
 
         @tf.function
@@ -261,7 +267,9 @@ class FactorTransformTest(tf.test.TestCase):
 
         def run(transform):
             with strategy.scope():
-                aggregator = vrgd_tf.GSNRAggregator(factor_transforms=[transform])
+                aggregator = vrgd_tf.GSNRAggregator(
+                    factor_transforms=[transform], statistics_interval=1
+                )
                 aggregator.build([w])
 
             @tf.function
@@ -289,9 +297,13 @@ class FactorTransformTest(tf.test.TestCase):
         with self.assertRaisesRegex(
             TypeError, r"factor_transforms\[1\]` \(<lambda>\) must take two positional.*\(f\)"
         ):
-            vrgd_tf.VRGDLamb(learning_rate=0.1, factor_transforms=[lambda f, c: f, lambda f: f])
+            vrgd_tf.VRGDLamb(
+                learning_rate=0.1,
+                factor_transforms=[lambda f, c: f, lambda f: f],
+                statistics_interval=1,
+            )
         with self.assertRaisesRegex(TypeError, "factor_transforms.*two positional"):
-            vrgd_tf.GSNRAggregator(factor_transforms=lambda f, c, extra: f)
+            vrgd_tf.GSNRAggregator(factor_transforms=lambda f, c, extra: f, statistics_interval=1)
 
         class Halve:
             def __call__(self, factor, context):
@@ -303,7 +315,10 @@ class FactorTransformTest(tf.test.TestCase):
             Halve(),
             functools.partial(lambda s, f, c: f, 1),
         ]
-        self.assertLen(vrgd_tf.GSNRAggregator(factor_transforms=fine).factor_transforms, 4)
+        self.assertLen(
+            vrgd_tf.GSNRAggregator(factor_transforms=fine, statistics_interval=1).factor_transforms,
+            4,
+        )
 
     def test_saving_warns_that_the_transforms_are_left_out_and_the_resume_path_works(self):
         """``model.save`` of a VRGD optimizer with transforms logs once that its config
@@ -316,7 +331,7 @@ class FactorTransformTest(tf.test.TestCase):
 
         def make(transforms):
             model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-            optimizer = vrgd_tf.VRGDLamb(1e-2, factor_transforms=transforms)
+            optimizer = vrgd_tf.VRGDLamb(1e-2, factor_transforms=transforms, statistics_interval=1)
             model.compile(optimizer=optimizer, loss="mse")
             return model
 
@@ -338,15 +353,15 @@ class FactorTransformTest(tf.test.TestCase):
         for want, got in zip(model.optimizer.variables, resumed.optimizer.variables):
             self.assertAllEqual(want.numpy(), got.numpy())
         with self.assertLogs("vrgd_tf", "WARNING") as logs:
-            vrgd_tf.GSNRAggregator(factor_transforms=[halve]).get_config()
+            vrgd_tf.GSNRAggregator(factor_transforms=[halve], statistics_interval=1).get_config()
         self.assertRegex(logs.output[0], r"gsnr_aggregator: .*leaves out .*\(halve\)")
 
     def test_not_callable_is_refused_at_construction(self):
         with self.assertRaisesRegex(TypeError, "factor_transforms"):
-            vrgd_tf.VRGDSGD(learning_rate=0.1, factor_transforms=[1.0])
+            vrgd_tf.VRGDSGD(learning_rate=0.1, factor_transforms=[1.0], statistics_interval=1)
         with self.assertRaisesRegex(TypeError, "factor_transforms"):
-            vrgd_tf.GSNRAggregator(factor_transforms=3)
-        agg = vrgd_tf.GSNRAggregator(factor_transforms=None)
+            vrgd_tf.GSNRAggregator(factor_transforms=3, statistics_interval=1)
+        agg = vrgd_tf.GSNRAggregator(factor_transforms=None, statistics_interval=1)
         self.assertEqual(agg.factor_transforms, ())
 
 

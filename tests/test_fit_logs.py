@@ -144,7 +144,7 @@ class Keras3LoggerTest(tf.test.TestCase):
                 model.fit(x, y, verbose=0, callbacks=[vrgd_tf.GSNRLogger()])
         # The reliability asked for from an optimizer that does not measure it.
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
-        model.compile(optimizer=vrgd_tf.VRGDSGD(), loss="mse")
+        model.compile(optimizer=vrgd_tf.VRGDSGD(statistics_interval=1), loss="mse")
         with self.assertRaisesRegex(
             ValueError, "`keys` include 'vrgd/median/reliability'.*split_half=True"
         ):

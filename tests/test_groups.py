@@ -126,13 +126,13 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_group_with_the_squares_is_apply_gradients(self):
         init, grads = make_problem(2, seed=12, steps=STEPS)
         grouped, _ = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDLamb(0.01), init, grads
+            util.strategy_for(2), lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1), init, grads
         )
         strategy = util.strategy_for(2)
         names = sorted(init)
         with strategy.scope():
             variables = {n: keras.Variable(init[n], name=n) for n in names}
-            opt = vrgd_tf.VRGDLamb(0.01)
+            opt = vrgd_tf.VRGDLamb(0.01, statistics_interval=1)
             opt.build([variables[n] for n in names])
 
         @tf.function
@@ -156,8 +156,16 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_device_with_groups_does_not_warn_and_compiles_with_xla(self):
         init, grads = make_problem(K, seed=13, steps=STEPS)
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
-            eager, _ = run_grouped(1, lambda: vrgd_tf.VRGDAdam(0.01), init, grads)
-            xla, opt = run_grouped(1, lambda: vrgd_tf.VRGDAdam(0.01), init, grads, jit_compile=True)
+            eager, _ = run_grouped(
+                1, lambda: vrgd_tf.VRGDAdam(0.01, statistics_interval=1), init, grads
+            )
+            xla, opt = run_grouped(
+                1,
+                lambda: vrgd_tf.VRGDAdam(0.01, statistics_interval=1),
+                init,
+                grads,
+                jit_compile=True,
+            )
             logging.getLogger("vrgd_tf").warning("sentinel")
         self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
         for n in init:
@@ -166,7 +174,7 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_bad_group_arguments(self):
         v = keras.Variable(np.ones(2, np.float32))
-        opt = vrgd_tf.VRGDSGD(0.1)
+        opt = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
         opt.build([v])
         with self.assertRaisesRegex(ValueError, "sq_sums"):
             opt.apply_grouped_gradients([(tf.ones(2), v)], [], num_groups=2)
@@ -215,7 +223,7 @@ class AggregatorTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             variables = [tf.Variable(init[n], name=n) for n in names]
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
             aggregator.build(variables)
             optimizer = tf_keras.optimizers.legacy.SGD(0.1, momentum=0.9)
         consts = [tf.constant(grads[n]) for n in names]
@@ -233,7 +241,10 @@ class AggregatorTest(tf.test.TestCase):
         for i in range(STEPS):
             train_step(tf.constant(i))
         expected, _ = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9), init, grads
+            util.strategy_for(2),
+            lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9, statistics_interval=1),
+            init,
+            grads,
         )
         for v, n in zip(variables, names):
             self.assertAllClose(v.numpy(), expected[n].numpy(), rtol=1e-6, atol=1e-7)
@@ -250,7 +261,7 @@ class AggregatorTest(tf.test.TestCase):
         names = sorted(init)
         with strategy.scope():
             variables = {n: tf.Variable(init[n], name=n) for n in names}
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9, statistics_interval=1)
             aggregator.build([variables[n] for n in names])
         got, _ = util.run_custom_loop(
             strategy,
@@ -300,7 +311,7 @@ class AggregatorTest(tf.test.TestCase):
         factory = optimizer_factory.OptimizerFactory(config)
         with strategy.scope():
             variables = {n: tf.Variable(init[n], name=n) for n in names}
-            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
+            aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9, statistics_interval=1)
             aggregator.build([variables[n] for n in names])
         got, _ = util.run_custom_loop(
             strategy,
@@ -390,20 +401,20 @@ class AggregatorTest(tf.test.TestCase):
         self.assertEqual(opt.vrgd_aggregator.get_config()["gamma"], 0.3)
         self.assertEqual(opt.gamma, 0.3)
         self.assertEqual(opt.statistics_interval, 5)
-        tk = vtk.VRGDAdam(0.01, beta_3=0.5)
+        tk = vtk.VRGDAdam(0.01, beta_3=0.5, statistics_interval=1)
         self.assertEqual(tk.vrgd_aggregator.beta_3, 0.5)
 
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "gamma"):
-            vrgd_tf.GSNRAggregator(gamma=0.0)
+            vrgd_tf.GSNRAggregator(gamma=0.0, statistics_interval=1)
         with self.assertRaisesRegex(ValueError, "beta_3"):
-            vrgd_tf.GSNRAggregator(beta_3=1.0)
+            vrgd_tf.GSNRAggregator(beta_3=1.0, statistics_interval=1)
         with self.assertRaisesRegex(TypeError, "statistics_interval"):
             vrgd_tf.GSNRAggregator(statistics_interval=0.5)
 
     def test_grads_and_variables_of_different_lengths_are_refused(self):
         """zip() used to drop the extra items without a word."""
-        agg = vrgd_tf.GSNRAggregator()
+        agg = vrgd_tf.GSNRAggregator(statistics_interval=1)
         variables = [tf.Variable(tf.ones([2])), tf.Variable(tf.ones([3]))]
         strategy = util.strategy_for(2)
         for grads in ([tf.ones([2])], [tf.ones([2]), tf.ones([3]), tf.ones([3])]):

@@ -159,7 +159,10 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
             model = build_linear_model(w0)
             model.compile(
                 optimizer=vrgd_tf.VRGDLamb(
-                    learning_rate=0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]
+                    learning_rate=0.01,
+                    weight_decay_rate=0.01,
+                    exclude_from_weight_decay=["bias"],
+                    statistics_interval=1,
                 ),
                 loss="mse",
             )
@@ -193,7 +196,9 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
                     keras.layers.Dense(3, name="d2"),
                 ]
             )
-            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01, statistics_interval=1), loss="mse"
+            )
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         path = os.path.join(tempfile.mkdtemp(), "m.keras")
         model.save(path)
@@ -212,7 +217,9 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
         strategy = util.strategy_for(4)
-        make = lambda: vrgd_tf.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)  # noqa
+        make = lambda: vrgd_tf.VRGDLamb(  # noqa: E731
+            learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1
+        )
         straight, _ = util.run_custom_loop(strategy, make, init, grads)
 
         variables, opt = util.run_custom_loop(strategy, make, init, first)
@@ -276,7 +283,7 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_schedules_are_accepted(self):
         sched = keras.optimizers.schedules.CosineDecay(0.1, 100, warmup_target=0.2, warmup_steps=5)
-        opt = vrgd_tf.VRGDLars(learning_rate=sched)
+        opt = vrgd_tf.VRGDLars(learning_rate=sched, statistics_interval=1)
         self.assertIsInstance(opt.get_config()["learning_rate"], dict)
 
     def test_any_keras_optimizer_class(self):

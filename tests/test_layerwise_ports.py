@@ -231,7 +231,7 @@ class LayerwisePortsTest(tf.test.TestCase, parameterized.TestCase):
     # TensorFlow 2.20. Now a ValueError naming `epsilon` at construction.
     def test_tf_keras_vrgd_lamb_epsilon_zero_is_refused_by_name(self):
         with self.assertRaisesRegex(ValueError, "`epsilon` must be > 0"):
-            vtk.VRGDLamb(0.1, epsilon=0.0)
+            vtk.VRGDLamb(0.1, epsilon=0.0, statistics_interval=1)
 
 
 if __name__ == "__main__":

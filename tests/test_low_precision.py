@@ -283,7 +283,7 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
                     if family == "keras":
                         var = keras.Variable(np.ones(grads.shape[1]), dtype="float64", name="w")
                         opt = (
-                            k3.VRGDSGD(0.1, gamma=1.0, beta_3=0.0)
+                            k3.VRGDSGD(0.1, gamma=1.0, beta_3=0.0, statistics_interval=1)
                             if vr
                             else keras.optimizers.SGD(0.1)
                         )
@@ -293,7 +293,7 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
 
                         var = tf.Variable(np.ones(grads.shape[1]), dtype=tf.float64, name="w")
                         opt = (
-                            vtk.VRGDSGD(0.1, gamma=1.0, beta_3=0.0)
+                            vtk.VRGDSGD(0.1, gamma=1.0, beta_3=0.0, statistics_interval=1)
                             if vr
                             else tf_keras.optimizers.SGD(0.1)
                         )
@@ -319,7 +319,7 @@ class Float64Test(tf.test.TestCase, parameterized.TestCase):
         with strategy.scope():
             huge = tf.Variable(np.zeros(2), dtype=tf.float64, name="huge")
             small = tf.Variable(np.zeros(3), dtype=tf.float64, name="small")
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
             agg.build([huge, small])
         grads = {
             "huge": np.array([[0.5, 1e40], [0.25, -3e40]]),
@@ -354,7 +354,9 @@ class Float64SparseTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             var = tf.Variable(np.zeros((5, 2)), dtype=tf.float64, name="table")
-            agg = vrgd_tf.GSNRAggregator(gamma=1.0, beta_3=0.0, sparse_statistics=sparse_statistics)
+            agg = vrgd_tf.GSNRAggregator(
+                gamma=1.0, beta_3=0.0, sparse_statistics=sparse_statistics, statistics_interval=1
+            )
             agg.build([var])
         values = np.array([[[1 + 1e-12, 2.0], [3.0, -1e-13]], [[0.5, 1 - 1e-12], [7.0, 1e-9]]])
         indices = np.array([[0, 3], [3, 4]])

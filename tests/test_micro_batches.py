@@ -150,7 +150,7 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_group_is_keras_fit_bit_for_bit(self):
         x, y, w0 = linear_problem(seed=4)
         for replicas in (1, 2):
-            make = lambda: vrgd_tf.VRGDLamb(0.05)  # noqa: E731
+            make = lambda: vrgd_tf.VRGDLamb(0.05, statistics_interval=1)  # noqa: E731
             grouped, h1 = fit(
                 replicas,
                 1,
@@ -253,7 +253,7 @@ class ModelKindsTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters("functional", "subclassed")
     def test_groups_equal_replicas_and_one_group_is_fit(self, kind):
         build, data, compile_kwargs = self._cases(kind)
-        make = lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9)  # noqa: E731
+        make = lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9, statistics_interval=1)  # noqa: E731
         grouped, h_grouped = fit(1, K, build, make, data(), compile_kwargs=compile_kwargs)
         replicas, h_replicas = fit(K, None, build, make, data(), compile_kwargs=compile_kwargs)
         for a, b in zip(weights(grouped), weights(replicas)):
@@ -283,7 +283,11 @@ class OneDeviceTest(tf.test.TestCase):
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             for jit in (False, True):
                 model = linear_model(w0)
-                model.compile(optimizer=vrgd_tf.VRGDAdam(0.01), loss="mse", jit_compile=jit)
+                model.compile(
+                    optimizer=vrgd_tf.VRGDAdam(0.01, statistics_interval=1),
+                    loss="mse",
+                    jit_compile=jit,
+                )
                 use_micro_batches(model, 4)
                 model.fit(dataset(x, y), epochs=STEPS, steps_per_epoch=1, verbose=0)
                 results[jit] = (weights(model), model.optimizer.vrgd_statistics())
@@ -351,7 +355,7 @@ class LossScaleTest(tf.test.TestCase):
                 replicas,
                 groups,
                 lambda: linear_model(w0),
-                lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9),
+                lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9, statistics_interval=1),
                 dataset(x, y),
             )
             scaled, _ = fit(
@@ -359,7 +363,7 @@ class LossScaleTest(tf.test.TestCase):
                 groups,
                 lambda: linear_model(w0),
                 lambda: keras.optimizers.LossScaleOptimizer(
-                    vrgd_tf.VRGDSGD(0.1, momentum=0.9),
+                    vrgd_tf.VRGDSGD(0.1, momentum=0.9, statistics_interval=1),
                     initial_scale=2.0**10,
                     dynamic_growth_steps=2,
                 ),
@@ -369,7 +373,9 @@ class LossScaleTest(tf.test.TestCase):
                 replicas,
                 groups,
                 lambda: linear_model(w0),
-                lambda: vrgd_tf.VRGDSGD(0.1, momentum=0.9, loss_scale_factor=64.0),
+                lambda: vrgd_tf.VRGDSGD(
+                    0.1, momentum=0.9, loss_scale_factor=64.0, statistics_interval=1
+                ),
                 dataset(x, y),
             )
             for other in (scaled, factor):
@@ -388,7 +394,7 @@ class LossScaleTest(tf.test.TestCase):
                 2,
                 lambda: linear_model(w0),
                 lambda: keras.optimizers.LossScaleOptimizer(
-                    vrgd_tf.VRGDSGD(0.1), initial_scale=2.0**127
+                    vrgd_tf.VRGDSGD(0.1, statistics_interval=1), initial_scale=2.0**127
                 ),
                 dataset(x, y),
                 steps=1,
@@ -420,7 +426,9 @@ class Float8Test(tf.test.TestCase):
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6), keras.layers.Dense(3)])
         model.quantize("float8")
         # gamma=1, beta_3=0: VRGD steps as its base, so the groups change nothing else.
-        model.compile(optimizer=vrgd_tf.VRGDSGD(0.1, gamma=1.0, beta_3=0.0), loss="mse")
+        model.compile(
+            optimizer=vrgd_tf.VRGDSGD(0.1, gamma=1.0, beta_3=0.0, statistics_interval=1), loss="mse"
+        )
         use_micro_batches(model, groups)
         rng = np.random.RandomState(1)
         x = rng.randn(16 * steps, 8).astype(np.float32)
@@ -445,7 +453,8 @@ class ErrorTest(tf.test.TestCase):
         _, _, w0 = linear_problem()
         model = linear_model(w0)
         model.compile(
-            optimizer=optimizer or vrgd_tf.VRGDSGD(0.1), **(compile_kwargs or dict(loss="mse"))
+            optimizer=optimizer or vrgd_tf.VRGDSGD(0.1, statistics_interval=1),
+            **(compile_kwargs or dict(loss="mse")),
         )
         return model
 
@@ -505,7 +514,7 @@ class ErrorTest(tf.test.TestCase):
         from vrgd_tf import tf_keras as vtk
 
         with self.assertRaisesRegex(TypeError, "tf_keras-family"):
-            micro_batches._check_optimizer(vtk.VRGDSGD(0.1), 2)
+            micro_batches._check_optimizer(vtk.VRGDSGD(0.1, statistics_interval=1), 2)
 
     def test_custom_train_step_is_refused(self):
         class Custom(keras.Model):
@@ -536,7 +545,10 @@ class ErrorTest(tf.test.TestCase):
             use_micro_batches(object(), 2)
         with self.assertRaisesRegex(ValueError, "gradient_accumulation_steps"):
             use_micro_batches(
-                self._compiled(vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2)), 2
+                self._compiled(
+                    vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2, statistics_interval=1)
+                ),
+                2,
             )
 
     def test_summed_loss_is_refused(self):

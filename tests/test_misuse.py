@@ -68,7 +68,9 @@ class TfKerasSkippedAggregationTest(tf.test.TestCase):
             with self.assertRaisesRegex(
                 ValueError, r"experimental_aggregate_gradients=False.*GSNRAggregator"
             ):
-                self._run(util.strategy_for(k), lambda: vtk.VRGDSGD(0.1), summed)
+                self._run(
+                    util.strategy_for(k), lambda: vtk.VRGDSGD(0.1, statistics_interval=1), summed
+                )
 
     def test_loss_scale_optimizer_still_aggregates_through_vrgd(self):
         util.skip_without_tf_keras(self)
@@ -83,7 +85,7 @@ class TfKerasSkippedAggregationTest(tf.test.TestCase):
         w, lso = self._run(
             strategy,
             lambda: tf_keras.mixed_precision.LossScaleOptimizer(
-                vtk.VRGDSGD(0.1, gamma=1.0), dynamic=False, initial_scale=1.0
+                vtk.VRGDSGD(0.1, gamma=1.0, statistics_interval=1), dynamic=False, initial_scale=1.0
             ),
             scaled,
         )
@@ -97,7 +99,7 @@ def run_with_aggregator(k, make_optimizer, apply, *, legacy=False):
     strategy = util.strategy_for(k)
     with strategy.scope():
         w = (tf.Variable if legacy else keras.Variable)(np.ones(3, np.float32), name="w")
-        aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+        aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
         aggregator.build([w])
         opt = make_optimizer()
         if not legacy:
@@ -161,7 +163,7 @@ class AggregatorOutputAppliedTest(tf.test.TestCase, parameterized.TestCase):
         init = {"w": np.ones(3, np.float32)}
         vr, _ = util.run_custom_loop(
             util.strategy_for(4),
-            lambda: vrgd_tf.VRGDSGD(0.1, gamma=0.1),
+            lambda: vrgd_tf.VRGDSGD(0.1, gamma=0.1, statistics_interval=1),
             init,
             {"w": GRADS[None]},
         )
@@ -186,7 +188,7 @@ class TensorAsVariableTest(tf.test.TestCase):
 
         import vrgd_tf.tf_keras as vt
 
-        for opt in (tf_keras.optimizers.legacy.SGD(0.1), vt.VRGDSGD(0.1)):
+        for opt in (tf_keras.optimizers.legacy.SGD(0.1), vt.VRGDSGD(0.1, statistics_interval=1)):
             with self.assertRaisesRegex(NotImplementedError, r"(?i)updating a `Tensor`"):
                 opt.apply_gradients([(tf.ones(2), tf.zeros(2))])
 
@@ -197,7 +199,7 @@ class OneSampleWarningTest(tf.test.TestCase):
 
     def test_names_the_strategy_scope(self):
         w = keras.Variable(np.ones(2, "float32"))
-        optimizer = vrgd_tf.VRGDSGD(0.1)
+        optimizer = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
         with self.assertLogs("vrgd_tf", "WARNING") as logs:
             optimizer.apply([tf.ones(2)], [w])
         self.assertRegex("\n".join(logs.output), r"only one GSNR sample.*strategy\.scope\(\)")

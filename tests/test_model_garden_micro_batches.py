@@ -148,7 +148,10 @@ class TrainerTest(tf.test.TestCase):
                 replicas,
                 K // replicas,
                 lambda: vtk.VRGDLamb(
-                    0.05, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]
+                    0.05,
+                    weight_decay_rate=0.01,
+                    exclude_from_weight_decay=["bias"],
+                    statistics_interval=1,
                 ),
             )
             self.assertEqual(trainer.vrgd_micro_batches, K // replicas)
@@ -199,12 +202,22 @@ class TrainerTest(tf.test.TestCase):
             make_trainer(1, 4, lambda: lamb.LAMB(0.01))
         with self.assertRaisesRegex(TypeError, "mixed_precision_dtype='float16'"):
             make_trainer(
-                1, 4, lambda: tf_keras.mixed_precision.LossScaleOptimizer(vtk.VRGDSGD(0.1))
+                1,
+                4,
+                lambda: tf_keras.mixed_precision.LossScaleOptimizer(
+                    vtk.VRGDSGD(0.1, statistics_interval=1)
+                ),
             )
         with self.assertRaisesRegex(TypeError, r"optimizer_config\.ema"):
             from official.modeling import optimization
 
-            make_trainer(1, 4, lambda: optimization.ExponentialMovingAverage(vtk.VRGDSGD(0.1)))
+            make_trainer(
+                1,
+                4,
+                lambda: optimization.ExponentialMovingAverage(
+                    vtk.VRGDSGD(0.1, statistics_interval=1)
+                ),
+            )
         with self.assertRaisesRegex(
             ValueError,
             r"per-replica batch of 6 examples.*"
@@ -212,8 +225,10 @@ class TrainerTest(tf.test.TestCase):
             r"multiple of replicas x vrgd_micro_batches "
             r"= 8",
         ):
-            make_trainer(2, 4, lambda: vtk.VRGDSGD(0.1), global_batch=12)
-        trainer, _ = make_trainer(1, 2, lambda: vtk.VRGDSGD(0.1), task_cls=NoApplyTask)
+            make_trainer(2, 4, lambda: vtk.VRGDSGD(0.1, statistics_interval=1), global_batch=12)
+        trainer, _ = make_trainer(
+            1, 2, lambda: vtk.VRGDSGD(0.1, statistics_interval=1), task_cls=NoApplyTask
+        )
         with self.assertRaisesRegex(
             RuntimeError,
             r"NoApplyTask.train_step .*called it 0 "

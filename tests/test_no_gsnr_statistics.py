@@ -35,7 +35,7 @@ class NoGSNRStatisticsTest(tf.test.TestCase):
         y = (x @ rng.randn(4, 3) + rng.randn(32, 3)).astype(np.float32)
         with util.strategy_for(2).scope():
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-            model.compile(optimizer=vrgd_tf.VRGDLamb(0.01), loss="mse")
+            model.compile(optimizer=vrgd_tf.VRGDLamb(0.01, statistics_interval=1), loss="mse")
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         assert_some_nonzero(self, model.optimizer.vrgd_statistics())
         path = os.path.join(tempfile.mkdtemp(), "m.keras")
@@ -53,7 +53,7 @@ class NoGSNRStatisticsTest(tf.test.TestCase):
         make_variable = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
         variables, opt = util.run_custom_loop(
             util.strategy_for(2),
-            lambda: vtk.VRGDLamb(0.01),
+            lambda: vtk.VRGDLamb(0.01, statistics_interval=1),
             init,
             grads,
             make_variable=make_variable,
@@ -63,7 +63,7 @@ class NoGSNRStatisticsTest(tf.test.TestCase):
             os.path.join(tempfile.mkdtemp(), "ckpt")
         )
         restored = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
-        again = vtk.VRGDLamb(0.01)
+        again = vtk.VRGDLamb(0.01, statistics_interval=1)
         tf.train.Checkpoint(optimizer=again, **restored).read(
             path
         ).assert_existing_objects_matched()

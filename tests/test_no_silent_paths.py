@@ -43,7 +43,7 @@ class IdenticalReplicasTest(tf.test.TestCase):
     def test_train_on_batch_warns_once_and_steps_as_the_base(self):
         x, y = noisy_regression()
         strategy = util.strategy_for(2)
-        vr = self._compiled_model(strategy, lambda: vrgd_tf.VRGDAdam(0.05))
+        vr = self._compiled_model(strategy, lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1))
         base = self._compiled_model(strategy, lambda: keras.optimizers.Adam(0.05))
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             for _ in range(3):
@@ -57,7 +57,9 @@ class IdenticalReplicasTest(tf.test.TestCase):
 
     def test_fit_on_the_same_data_does_not_warn(self):
         x, y = noisy_regression()
-        model = self._compiled_model(util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05))
+        model = self._compiled_model(
+            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1)
+        )
         logger = logging.getLogger("vrgd_tf")
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
@@ -70,8 +72,11 @@ class IdenticalReplicasTest(tf.test.TestCase):
         init, grads = make_problem(2, seed=1, steps=2)
         same = {n: np.repeat(g[:, :1], 2, axis=1) for n, g in grads.items()}
         for make_opt, make_variable in (
-            (lambda: vrgd_tf.VRGDLamb(0.01), None),
-            (lambda: vtk.VRGDLamb(0.01), lambda n, v: tf.Variable(v, name=n)),
+            (lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1), None),
+            (
+                lambda: vtk.VRGDLamb(0.01, statistics_interval=1),
+                lambda n, v: tf.Variable(v, name=n),
+            ),
         ):
             with self.assertLogs("vrgd_tf", level="WARNING") as logs:
                 _, opt = util.run_custom_loop(
@@ -84,7 +89,7 @@ class IdenticalReplicasTest(tf.test.TestCase):
         init, grads = make_problem(2, seed=1, steps=1)
         names = sorted(init)
         variables = [keras.Variable(init[n], name=n) for n in names]
-        opt = vrgd_tf.VRGDSGD(0.1)
+        opt = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
         opt.build(variables)
         mine = [tf.constant(grads[n][0, 0]) for n in names]
         ctx = FakeReplicaContext([[grads[n][0, 0] for n in names]])  # replica 1 = replica 0
@@ -115,7 +120,7 @@ class IdenticalReplicasTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             variables = [tf.Variable(init[n], name=n) for n in names]
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, beta_3=0.9, statistics_interval=1)
             agg.build(variables)
         distinct = [tf.constant(grads[n][0]) for n in names]  # [replica, ...] per variable
         same = [tf.constant(np.repeat(grads[n][0][:1], 2, axis=0)) for n in names]
@@ -155,7 +160,7 @@ class IdenticalReplicasTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             variables = [tf.Variable(np.zeros(s, np.float32)) for s in shapes]
-            agg = vrgd_tf.GSNRAggregator(gamma=0.1)
+            agg = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
             agg.build(variables)
         grads = [tf.constant(np.arange(1.0, np.prod(s) + 1.0, dtype=np.float32)) for s in shapes]
 
@@ -176,7 +181,10 @@ class IdenticalReplicasTest(tf.test.TestCase):
         logger = logging.getLogger("vrgd_tf")
         with self.assertLogs("vrgd_tf", level="WARNING") as logs:
             _, opt = util.run_custom_loop(
-                util.strategy_for(2), lambda: vrgd_tf.VRGDLamb(0.01), init, grads
+                util.strategy_for(2),
+                lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1),
+                init,
+                grads,
             )
             opt.vrgd_statistics()
             logger.warning("sentinel")
@@ -196,7 +204,7 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
             util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, **clip), init, grads
         )
         _, plain = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05), init, grads
+            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1), init, grads
         )
         got, want = clipped.vrgd_statistics(), plain.vrgd_statistics()
         for name in want:
@@ -255,7 +263,7 @@ class LossScaleOneReplicaOverflowsTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             w = keras.Variable(np.ones(3, np.float32), name="w")
-            inner = vrgd_tf.VRGDAdam(0.1)
+            inner = vrgd_tf.VRGDAdam(0.1, statistics_interval=1)
             opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=1024.0)
             opt.build([w])
         grads = tf.constant(
@@ -290,7 +298,7 @@ class LossScaleOneReplicaOverflowsTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             w = keras.Variable(np.ones((6, 2), np.float32), name="emb")
-            inner = vrgd_tf.VRGDSGD(0.1)
+            inner = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
             opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=8.0)
             opt.build([w])
         indices = tf.constant([[1, 4], [3, 3]])
@@ -317,14 +325,20 @@ class StrategyCombinationsTest(tf.test.TestCase):
     def test_gradient_accumulation_refused_under_a_strategy(self):
         with util.strategy_for(2).scope():
             with self.assertRaisesRegex(ValueError, "gradient_accumulation_steps=2"):
-                vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2)
-        vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2)  # one device: Keras runs it
+                vrgd_tf.VRGDSGD(0.1, gradient_accumulation_steps=2, statistics_interval=1)
+        vrgd_tf.VRGDSGD(
+            0.1, gradient_accumulation_steps=2, statistics_interval=1
+        )  # one device: Keras runs it
 
     def test_ema_overwrite_refused_under_a_strategy(self):
         with util.strategy_for(2).scope():
             with self.assertRaisesRegex(ValueError, "ema_overwrite_frequency=3"):
-                vrgd_tf.VRGDAdam(0.1, use_ema=True, ema_overwrite_frequency=3)
-            opt = vrgd_tf.VRGDAdam(0.1, use_ema=True)  # EMA without overwrite runs
+                vrgd_tf.VRGDAdam(
+                    0.1, use_ema=True, ema_overwrite_frequency=3, statistics_interval=1
+                )
+            opt = vrgd_tf.VRGDAdam(
+                0.1, use_ema=True, statistics_interval=1
+            )  # EMA without overwrite runs
         self.assertTrue(opt.use_ema)
 
     def test_ema_without_overwrite_trains_under_a_strategy(self):
@@ -332,7 +346,9 @@ class StrategyCombinationsTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-            model.compile(optimizer=vrgd_tf.VRGDAdam(0.05, use_ema=True), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDAdam(0.05, use_ema=True, statistics_interval=1), loss="mse"
+            )
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         self.assertTrue(np.all(np.isfinite(model.layers[0].kernel.numpy())))
 
@@ -340,7 +356,7 @@ class StrategyCombinationsTest(tf.test.TestCase):
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         with strategy.scope():
             w = keras.Variable(np.ones(3, np.float32))
-            opt = vrgd_tf.VRGDAdam(0.1)
+            opt = vrgd_tf.VRGDAdam(0.1, statistics_interval=1)
 
         @tf.function
         def step():

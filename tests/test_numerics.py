@@ -171,7 +171,7 @@ class UndefinedCasesTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertLogs("vrgd_tf", level=logging.WARNING) as logs:
             vr, opt = util.run_custom_loop(
                 strategy,
-                lambda: vrgd_tf.VRGDAdam(learning_rate=0.1),
+                lambda: vrgd_tf.VRGDAdam(learning_rate=0.1, statistics_interval=1),
                 {"w": np.ones(6, np.float32)},
                 {"w": g},
             )
@@ -253,7 +253,7 @@ class SparseGradientTest(tf.test.TestCase):
             emb = keras.layers.Embedding(vocab, dim)
             emb.build((None,))
             emb.embeddings.assign(init)
-            opt = vrgd_tf.VRGDSGD(learning_rate=0.5, gamma=0.1)
+            opt = vrgd_tf.VRGDSGD(learning_rate=0.5, gamma=0.1, statistics_interval=1)
             opt.build(emb.trainable_variables)
         seen = []
 

@@ -17,7 +17,7 @@ class OverwriteWithGradientTest(tf.test.TestCase):
         values = {}
         for name, make in (
             ("base", lambda: keras.optimizers.SGD(0.1)),
-            ("vrgd", lambda: vrgd_tf.VRGDSGD(0.1)),
+            ("vrgd", lambda: vrgd_tf.VRGDSGD(0.1, statistics_interval=1)),
         ):
             strategy = util.strategy_for(2)
             with strategy.scope():

@@ -265,7 +265,11 @@ class OptimizerTest(tf.test.TestCase):
                     + [keras.layers.LayerNormalization(), keras.layers.Dense(3)]
                 )
                 optimizer = vrgd_tf.VRGDLamb(
-                    1e-2, weight_decay_rate=0.01, beta_3=0.9, pack_limit=limit
+                    1e-2,
+                    weight_decay_rate=0.01,
+                    beta_3=0.9,
+                    pack_limit=limit,
+                    statistics_interval=1,
                 )
                 model.compile(
                     optimizer=optimizer,
@@ -280,7 +284,7 @@ class OptimizerTest(tf.test.TestCase):
             self.assertAllEqual(a, b)
         self.assertEqual(list(results[0][1].values()), list(results[1][1].values()))
         with self.assertRaisesRegex(ValueError, "`pack_limit` must be an int >= 0"):
-            vrgd_tf.GSNRAggregator(pack_limit=-2)
+            vrgd_tf.GSNRAggregator(pack_limit=-2, statistics_interval=1)
 
 
 class XLATest(tf.test.TestCase):
@@ -295,7 +299,7 @@ class XLATest(tf.test.TestCase):
 
         def run(limit, parts, jit):
             variables = [tf.Variable(tf.zeros(s)) for s in shapes]
-            aggregator = vrgd_tf.GSNRAggregator(beta_3=0.9, pack_limit=limit)
+            aggregator = vrgd_tf.GSNRAggregator(beta_3=0.9, pack_limit=limit, statistics_interval=1)
             aggregator.build(variables)
 
             @tf.function(jit_compile=jit)

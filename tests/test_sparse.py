@@ -146,7 +146,8 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
         """Model Garden's LARS raises NotImplementedError for sparse gradients; VRGD hands it
         the dense sum instead, the same on 1, 2 and 4 replicas."""
         results = {
-            k: run_sparse(TF_KERAS, k, lambda: vtk.VRGDLars(0.1, gamma=1.0)) for k in (1, 2, 4)
+            k: run_sparse(TF_KERAS, k, lambda: vtk.VRGDLars(0.1, gamma=1.0, statistics_interval=1))
+            for k in (1, 2, 4)
         }
         dense = dense_replica_gradients(1)[:, 0]
         w = {"emb": np.ones(SHAPE)}
@@ -193,7 +194,10 @@ class SparseRuleTest(tf.test.TestCase, parameterized.TestCase):
                         keras.layers.Dense(1),
                     ]
                 )
-                model.compile(optimizer=vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0), loss="mse")
+                model.compile(
+                    optimizer=vrgd_tf.VRGDAdam(0.05, gamma=1.0, beta_3=0.0, statistics_interval=1),
+                    loss="mse",
+                )
             model.fit(x, y, batch_size=32, epochs=3, verbose=0, shuffle=False)
             out[k] = [w.numpy() for w in model.trainable_variables]
         for a, b in zip(out[1], out[2]):
@@ -248,7 +252,10 @@ class UnmatchedExclusionTest(tf.test.TestCase, parameterized.TestCase):
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="d")])
         model.compile(
             optimizer=vrgd_tf.VRGDLamb(
-                0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["LayerNorm"]
+                0.01,
+                weight_decay_rate=0.01,
+                exclude_from_weight_decay=["LayerNorm"],
+                statistics_interval=1,
             ),
             loss="mse",
         )

@@ -33,11 +33,15 @@ class SparseEqualsDenseTest(tf.test.TestCase, parameterized.TestCase):
         # Every optimizer on 1, 2 and 4 replicas across its two beta_3 cases (the suite's
         # time, issue 36: each run traces a step).
         for k in (1, 4) if beta_3 == 0.0 else (2,):
-            sparse = run(family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3))
+            sparse = run(
+                family, k, lambda: make_vr(gamma=0.1, beta_3=beta_3, statistics_interval=1)
+            )
             dense = run(
                 family,
                 k,
-                lambda: make_vr(gamma=0.1, beta_3=beta_3, sparse_statistics="dense"),
+                lambda: make_vr(
+                    gamma=0.1, beta_3=beta_3, sparse_statistics="dense", statistics_interval=1
+                ),
             )
             self.assertAllClose(sparse[0], dense[0], rtol=1e-5, atol=1e-6, msg=f"k={k}")
             self.assertGreater(np.abs(sparse[0] - 1.0).max(), 1e-4)  # it trained

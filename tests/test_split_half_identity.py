@@ -138,7 +138,9 @@ class ReplicaOrderTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(K)
         with strategy.scope():
             variables = [tf.Variable(tf.zeros(s)) for s in SHAPES]
-            aggregator = vrgd_tf.GSNRAggregator(gamma=1.0, split_half=split_half)
+            aggregator = vrgd_tf.GSNRAggregator(
+                gamma=1.0, split_half=split_half, statistics_interval=1
+            )
             aggregator.build(variables)
             kept = [[tf.Variable(g[d]) for g in grads] for d in range(2)]
             work = tf.Variable(tf.eye(128) * 0.5)

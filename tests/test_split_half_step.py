@@ -83,14 +83,14 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual(gsnr.VRGDSettings().split_half_stride, 0)
         self.assertEqual(gsnr.VRGDSettings(statistics_interval=7).split_half_stride, 0)
         with self.assertRaisesRegex(TypeError, "split_half"):
-            vrgd_tf.GSNRAggregator(split_half=1)
+            vrgd_tf.GSNRAggregator(split_half=1, statistics_interval=1)
         with self.assertRaisesRegex(ValueError, "statistics_interval"):
             vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=0)
         aggregator = vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=10)
         self.assertEqual(aggregator.settings.split_half_stride, 10)
         self.assertTrue(aggregator.get_config()["split_half"])
-        self.assertFalse(vrgd_tf.GSNRAggregator().split_half)
-        optimizer = vrgd_tf.VRGDSGD(0.1, split_half=True)
+        self.assertFalse(vrgd_tf.GSNRAggregator(statistics_interval=1).split_half)
+        optimizer = vrgd_tf.VRGDSGD(0.1, split_half=True, statistics_interval=1)
         self.assertTrue(optimizer.split_half)
         self.assertTrue(vrgd_tf.VRGDSGD.from_config(optimizer.get_config()).split_half)
 
@@ -235,7 +235,7 @@ class InStepTest(tf.test.TestCase, parameterized.TestCase):
             [variable],
             state=state,
             replica_context=ctx,
-            settings=gsnr.VRGDSettings(split_half=True),
+            settings=gsnr.VRGDSettings(split_half=True, statistics_interval=1),
         )
         self.assertAllEqual(state.split_half[0].numpy(), [0.0, 0.0, 0.0, 0.0])
         self.assertGreater(state.statistics[0].numpy()[3], 0.0)  # the step had a GSNR
@@ -252,7 +252,7 @@ class TooFewSamplesWarningTest(tf.test.TestCase):
 
         def run(num_groups, on_strategy):
             with (strategy if on_strategy else tf.distribute.get_strategy()).scope():
-                aggregator = vrgd_tf.GSNRAggregator(split_half=True)
+                aggregator = vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=1)
                 aggregator.build([variable])
 
             def fn():
@@ -279,7 +279,7 @@ class UndefinedRowTest(tf.test.TestCase):
         """A row whose reliability is undefined says so (`reliability_defined` False) and
         keeps finite placeholders (0.0); a defined row reads its recorded values."""
         variables = [tf.Variable(tf.zeros([5])), tf.Variable(tf.zeros([3]))]
-        aggregator = vrgd_tf.GSNRAggregator(split_half=True)
+        aggregator = vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=1)
         aggregator.build(variables)
         aggregator.state.split_half[1].assign([0.25, 0.125, 7.0, 1.0])
         undefined, defined = aggregator.statistics().values()
@@ -328,7 +328,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
                     keras.layers.Dense(y.shape[1], use_bias=False, kernel_initializer="zeros"),
                 ]
             )
-            optimizer = vrgd_tf.VRGDSGD(learning_rate=0.0, split_half=True)
+            optimizer = vrgd_tf.VRGDSGD(learning_rate=0.0, split_half=True, statistics_interval=1)
             model.compile(optimizer=optimizer, loss="mse")
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
         value, stats = median_reliability(optimizer)
@@ -344,7 +344,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         for split_half in (False, True):
             with util.strategy_for(K).scope():
                 model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-                optimizer = vrgd_tf.VRGDLamb(1e-3, split_half=split_half)
+                optimizer = vrgd_tf.VRGDLamb(1e-3, split_half=split_half, statistics_interval=1)
                 optimizer.build(model.trainable_variables)
             counts.append(len(optimizer.variables))
             self.assertLen(optimizer.vrgd_aggregator.state.split_half, 2)
@@ -370,7 +370,7 @@ class TfKerasFitTest(tf.test.TestCase, parameterized.TestCase):
                     tf_keras.layers.Dense(y.shape[1], use_bias=False, kernel_initializer="zeros"),
                 ]
             )
-            optimizer = vtk.VRGDSGD(learning_rate=0.0, split_half=True)
+            optimizer = vtk.VRGDSGD(learning_rate=0.0, split_half=True, statistics_interval=1)
             model.compile(optimizer=optimizer, loss="mse")
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
         value, _ = median_reliability(optimizer)
@@ -391,7 +391,7 @@ class StandaloneAggregatorTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(K)
         with strategy.scope():
             variable = tf.Variable(tf.zeros(shape))
-            aggregator = vrgd_tf.GSNRAggregator(split_half=True)
+            aggregator = vrgd_tf.GSNRAggregator(split_half=True, statistics_interval=1)
             aggregator.build([variable])
         consts = tf.constant(grads)
 

@@ -153,7 +153,7 @@ class ConfigRoundTripTest(tf.test.TestCase):
         for cls in (vtk.VRGDSGD, vtk.VRGDAdam, vtk.VRGDLamb, vtk.VRGDLars):
             opt = cls(learning_rate=0.01, squares_dtype="bfloat16")
             self.assertEqual(cls.from_config(opt.get_config()).squares_dtype, "bfloat16")
-        agg = vrgd_tf.GSNRAggregator(gamma=0.2, squares_dtype="bfloat16")
+        agg = vrgd_tf.GSNRAggregator(gamma=0.2, squares_dtype="bfloat16", statistics_interval=1)
         self.assertEqual(
             vrgd_tf.GSNRAggregator.from_config(agg.get_config()).get_config(), agg.get_config()
         )
@@ -179,7 +179,10 @@ class ConfigRoundTripTest(tf.test.TestCase):
     def test_saved_keras_model_keeps_it(self):
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
         model.compile(
-            optimizer=vrgd_tf.VRGDSGD(learning_rate=0.1, squares_dtype="bfloat16"), loss="mse"
+            optimizer=vrgd_tf.VRGDSGD(
+                learning_rate=0.1, squares_dtype="bfloat16", statistics_interval=1
+            ),
+            loss="mse",
         )
         model.fit(np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), verbose=0)
         with tempfile.TemporaryDirectory() as d:
@@ -301,7 +304,9 @@ class FactorTest(tf.test.TestCase, parameterized.TestCase):
         mk = lambda n, v: tf.Variable(v, name=n)  # noqa: E731
         vr, _ = util.run_custom_loop(
             strategy,
-            lambda: vtk.VRGDSGD(learning_rate=0.1, gamma=1.0, squares_dtype="bfloat16"),
+            lambda: vtk.VRGDSGD(
+                learning_rate=0.1, gamma=1.0, squares_dtype="bfloat16", statistics_interval=1
+            ),
             init,
             grads,
             make_variable=mk,
@@ -339,7 +344,7 @@ class SparseRowsThresholdTest(tf.test.TestCase):
             strategy = util.strategy_for(2)
             with strategy.scope():
                 var = keras.Variable(np.ones((12, 3), np.float32), name="emb")
-                opt = vrgd_tf.VRGDSGD(0.1, squares_dtype=sd)
+                opt = vrgd_tf.VRGDSGD(0.1, squares_dtype=sd, statistics_interval=1)
                 opt.build([var])
 
             @tf.function

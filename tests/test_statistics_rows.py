@@ -27,7 +27,7 @@ import util
 
 def _linear_model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="dense")])
-    model.compile(optimizer=vrgd_tf.VRGDSGD(0.1), loss="mse")
+    model.compile(optimizer=vrgd_tf.VRGDSGD(0.1, statistics_interval=1), loss="mse")
     return model
 
 
@@ -39,7 +39,7 @@ def _data():
 class StatisticsRowsTest(tf.test.TestCase):
     def test_no_split_half_fields_without_split_half(self):
         variables = [tf.Variable(tf.zeros([5]), name="w")]
-        aggregator = vrgd_tf.GSNRAggregator(split_half=False)
+        aggregator = vrgd_tf.GSNRAggregator(split_half=False, statistics_interval=1)
         aggregator.build(variables)
         (row,) = aggregator.statistics().values()
         self.assertEmpty(set(SPLIT_HALF_FIELDS) & set(row))

@@ -52,7 +52,7 @@ class GSNRStepPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(k)
         with strategy.scope():
             variables = [tf.Variable(tf.zeros(s)) for s in SHAPES]
-            aggregator = vrgd_tf.GSNRAggregator(gamma=GAMMA, beta_3=0.0)
+            aggregator = vrgd_tf.GSNRAggregator(gamma=GAMMA, beta_3=0.0, statistics_interval=1)
             aggregator.build(variables)
 
         @tf.function

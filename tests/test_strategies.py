@@ -49,7 +49,7 @@ class OneReplicaStrategiesTest(tf.test.TestCase, parameterized.TestCase):
         with strategy.scope():
             keras.utils.set_random_seed(1)
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-            model.compile(optimizer=vrgd_tf.VRGDLamb(0.01), loss="mse")
+            model.compile(optimizer=vrgd_tf.VRGDLamb(0.01, statistics_interval=1), loss="mse")
         vrgd_tf.use_micro_batches(model, num_groups=4)
         model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
         return [w.numpy() for w in model.weights], model.optimizer.vrgd_statistics()
@@ -67,7 +67,7 @@ class OneReplicaStrategiesTest(tf.test.TestCase, parameterized.TestCase):
 
         with strategy.scope():
             w = tf.Variable(np.ones(3, np.float32), name="w")
-            opt = vtk.VRGDLamb(0.01)
+            opt = vtk.VRGDLamb(0.01, statistics_interval=1)
         groups = tf.constant([[1.0, -2.0, 0.5], [0.5, -1.0, 3.0], [2.0, 0.0, -1.0]])
 
         @tf.function
@@ -103,11 +103,13 @@ class CentralStorageRefusedTest(tf.test.TestCase):
         strategy = central_storage()
         with strategy.scope():
             with self.assertRaisesRegex(ValueError, REFUSED.format("CentralStorageStrategy")):
-                vrgd_tf.VRGDLamb(0.01)
+                vrgd_tf.VRGDLamb(0.01, statistics_interval=1)
             with self.assertRaisesRegex(ValueError, REFUSED.format("CentralStorageStrategy")):
-                vrgd_tf.GSNRAggregator()
+                vrgd_tf.GSNRAggregator(statistics_interval=1)
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-        outside = vrgd_tf.VRGDSGD(0.1)  # made outside the scope, built inside
+        outside = vrgd_tf.VRGDSGD(
+            0.1, statistics_interval=1
+        )  # made outside the scope, built inside
         with self.assertRaisesRegex(ValueError, REFUSED.format("CentralStorageStrategy")):
             with strategy.scope():
                 outside.build(model.trainable_variables)
@@ -125,9 +127,9 @@ class CentralStorageRefusedTest(tf.test.TestCase):
         strategy = central_storage()
         with strategy.scope():
             with self.assertRaisesRegex(ValueError, REFUSED.format("CentralStorageStrategy")):
-                vtk.VRGDLars(0.1)
+                vtk.VRGDLars(0.1, statistics_interval=1)
             model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2)])
-        outside = vtk.VRGDSGD(0.1)
+        outside = vtk.VRGDSGD(0.1, statistics_interval=1)
         with strategy.scope():
             model.compile(optimizer=outside, loss="mse")
         x, y = regression()
@@ -193,14 +195,17 @@ class StepsPerExecutionTest(tf.test.TestCase):
         return model.layers[0].kernel.numpy(), model.optimizer
 
     def test_keras3_with_reduction_to_one_device(self):
-        for make in (lambda: vrgd_tf.VRGDSGD(0.05), lambda: vrgd_tf.VRGDLamb(0.01)):
+        for make in (
+            lambda: vrgd_tf.VRGDSGD(0.05, statistics_interval=1),
+            lambda: vrgd_tf.VRGDLamb(0.01, statistics_interval=1),
+        ):
             one, _ = self._fit_keras3(make, 1)
             four, opt = self._fit_keras3(make, 4)
             self.assertAllClose(four, one, rtol=1e-6, atol=1e-7)
             self.assertEqual(int(opt.iterations.numpy()), 20)
             self.assertGreater(max(v["mean_gsnr"] for v in opt.vrgd_statistics().values()), 0)
         base, _ = self._fit_keras3(lambda: keras.optimizers.SGD(0.05), 4)
-        vr, _ = self._fit_keras3(lambda: vrgd_tf.VRGDSGD(0.05), 4)
+        vr, _ = self._fit_keras3(lambda: vrgd_tf.VRGDSGD(0.05, statistics_interval=1), 4)
         self.assertGreater(np.max(np.abs(base - vr)), 1e-4)  # VRGD acted
 
     @classmethod

@@ -77,7 +77,9 @@ class SummariesTest(tf.test.TestCase):
             model = keras.Sequential(
                 [keras.Input((5,)), keras.layers.Dense(2, name="d")], name="net"
             )
-            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0, statistics_interval=1), loss="mse"
+            )
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
         cb = vrgd_tf.GSNRTensorBoard(log_dir, update_freq=1, log_to_history=True)
@@ -218,7 +220,9 @@ print("refused")
             model = tf_keras.Sequential(
                 [tf_keras.Input((5,)), tf_keras.layers.Dense(2, name="d")], name="net"
             )
-            model.compile(optimizer=vtk.VRGDSGD(learning_rate=0.0), loss="mse")
+            model.compile(
+                optimizer=vtk.VRGDSGD(learning_rate=0.0, statistics_interval=1), loss="mse"
+            )
         w = model.layers[0].kernel.numpy().astype(np.float64)
         log_dir = tempfile.mkdtemp()
         cb = vtk.GSNRTensorBoard(log_dir, update_freq=2, log_to_history=True)
@@ -278,7 +282,7 @@ print("refused")
             "with strategy.scope():\n"
             "    m = tf.keras.Sequential([tf.keras.Input((5,)),\n"
             "                             tf.keras.layers.Dense(2, name='d')], name='net')\n"
-            "    m.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss='mse')\n"
+            "    m.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0, statistics_interval=1), loss='mse')\n"
             # A fixed kernel (not Dense's unseeded init): every element's GSNR is at most
             # 2.9, where float32 gives mean_gsnr to ~1e-6; a random init can put one
             # element's GSNR in the thousands and its rounding above rtol.
@@ -466,7 +470,9 @@ class HeadlineOverVariablesWithGSNRTest(tf.test.TestCase):
         y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
         with util.strategy_for(k).scope():
             model = keras.Sequential([keras.Input((5,)), _Odd(name="odd")], name="net")
-            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDSGD(learning_rate=0.01, statistics_interval=1), loss="mse"
+            )
         model.fit(x, y, batch_size=n, epochs=1, verbose=0, shuffle=False)
         stats = model.optimizer.vrgd_statistics()
         marks = {name: row["has_gsnr"] for name, row in stats.items()}
@@ -528,7 +534,9 @@ class AllWeightsStatisticsTest(tf.test.TestCase):
         y = (x @ rng.randn(5, 2) + 2 * rng.randn(n, 2)).astype(np.float32)
         with util.strategy_for(k).scope():
             model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2, name="d")])
-            model.compile(optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDSGD(learning_rate=0.0, statistics_interval=1), loss="mse"
+            )
         w = model.layers[0].kernel.numpy().astype(np.float64)
         bias = model.layers[0].bias.numpy().astype(np.float64)
         self.assertIsNone(
@@ -600,7 +608,10 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
         try:
             with util.strategy_for(2).scope():
                 model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
-                model.compile(optimizer=vrgd_tf.VRGDAdam(learning_rate=0.01), loss="mse")
+                model.compile(
+                    optimizer=vrgd_tf.VRGDAdam(learning_rate=0.01, statistics_interval=1),
+                    loss="mse",
+                )
             model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
         finally:
             keras.mixed_precision.set_global_policy("float32")
@@ -619,7 +630,9 @@ class VrgdStatisticsHelperTest(tf.test.TestCase):
         try:
             with util.strategy_for(2).scope():
                 model = tf_keras.Sequential([tf_keras.Input((5,)), tf_keras.layers.Dense(2)])
-                model.compile(optimizer=vtk.VRGDAdam(learning_rate=0.01), loss="mse")
+                model.compile(
+                    optimizer=vtk.VRGDAdam(learning_rate=0.01, statistics_interval=1), loss="mse"
+                )
             model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
         finally:
             tf_keras.mixed_precision.set_global_policy("float32")

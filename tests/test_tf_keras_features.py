@@ -29,7 +29,7 @@ class LossScaleTest(tf.test.TestCase):
         strategy = util.strategy_for(k)
         with strategy.scope():
             variables = {n: tf.Variable(v, name=n) for n, v in init.items()}
-            inner = vtk.VRGDLamb(learning_rate=0.01)
+            inner = vtk.VRGDLamb(learning_rate=0.01, statistics_interval=1)
             opt = tf_keras.mixed_precision.LossScaleOptimizer(
                 inner, dynamic=True, initial_scale=1024.0
             )
@@ -123,18 +123,20 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "gamma"):
-            vtk.VRGDLamb(gamma=0.0)
+            vtk.VRGDLamb(gamma=0.0, statistics_interval=1)
         with self.assertRaisesRegex(TypeError, "exclude_from_weight_decay"):
-            vtk.VRGDLars(exclude_from_weight_decay="bias")
+            vtk.VRGDLars(exclude_from_weight_decay="bias", statistics_interval=1)
         with self.assertRaisesRegex(ValueError, "learning_rate"):
-            vtk.VRGDSGD(learning_rate=-0.1)
+            vtk.VRGDSGD(learning_rate=-0.1, statistics_interval=1)
         with self.assertRaisesRegex(ValueError, "gradient_aggregator"):
-            vtk.VRGDSGD(gradient_aggregator=lambda gv: gv)
+            vtk.VRGDSGD(gradient_aggregator=lambda gv: gv, statistics_interval=1)
 
     def test_checkpoint_restores_exactly_under_mirrored(self):
         init, grads = make_problem(4, seed=8, steps=4)
         strategy = util.strategy_for(4)
-        make = lambda: vtk.VRGDLamb(learning_rate=0.01, weight_decay_rate=0.01)  # noqa: E731
+        make = lambda: vtk.VRGDLamb(  # noqa: E731
+            learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1
+        )
         straight, _ = util.run_custom_loop(strategy, make, init, grads, make_variable=tf_variable)
         first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
@@ -162,7 +164,7 @@ class StateNamingTest(tf.test.TestCase):
         strategy = util.strategy_for(2)
         variables, opt = util.run_custom_loop(
             strategy,
-            lambda: vtk.VRGDLamb(learning_rate=0.01),
+            lambda: vtk.VRGDLamb(learning_rate=0.01, statistics_interval=1),
             init,
             grads,
             make_variable=tf_variable,
@@ -172,7 +174,7 @@ class StateNamingTest(tf.test.TestCase):
         )
         with strategy.scope():
             fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
-            opt2 = vtk.VRGDLamb(learning_rate=0.01)
+            opt2 = vtk.VRGDLamb(learning_rate=0.01, statistics_interval=1)
         status = tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path)
         # the first run created kernel's state first; here bias gets the first gradient
         with strategy.scope():

@@ -103,7 +103,10 @@ class ScheduleWithoutConfigTest(tf.test.TestCase, parameterized.TestCase):
         y = (x @ rng.randn(4, 2) + rng.randn(32, 2)).astype(np.float32)
         with util.strategy_for(2).scope():
             model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-            model.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=KerasDecay()), loss="mse")
+            model.compile(
+                optimizer=vrgd_tf.VRGDLamb(learning_rate=KerasDecay(), statistics_interval=1),
+                loss="mse",
+            )
         vrgd_tf.use_micro_batches(model, num_groups=2)
         history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
         self.assertTrue(np.all(np.isfinite(history.history["loss"])))
@@ -117,7 +120,7 @@ class ScheduleWithoutConfigTest(tf.test.TestCase, parameterized.TestCase):
         strategy = util.strategy_for(2)
         with strategy.scope():
             w = tf.Variable(np.ones(3, np.float32), name="w")
-            opt = vtk.VRGDLamb(learning_rate=tf_keras_decay())
+            opt = vtk.VRGDLamb(learning_rate=tf_keras_decay(), statistics_interval=1)
         grads = tf.constant([[1.0, -2.0, 0.5], [0.5, -1.0, 3.0]])
 
         @tf.function

@@ -16,7 +16,7 @@ BATCH = 32
 
 
 def vr_lamb():
-    return vrgd_tf.VRGDLamb(0.02, weight_decay_rate=0.01)
+    return vrgd_tf.VRGDLamb(0.02, weight_decay_rate=0.01, statistics_interval=1)
 
 
 def test_devices_times_groups_give_the_same_weights_and_differ_from_the_base():
@@ -35,7 +35,12 @@ def test_devices_times_groups_give_the_same_weights_and_differ_from_the_base():
 def test_gamma_1_beta_3_0_is_the_base_step():
     x, y = data(rows=BATCH * 3)
     plain = fit(
-        lambda: vrgd_tf.VRGDLamb(0.02, gamma=1.0, beta_3=0.0), x, y, BATCH, devices=2, groups=2
+        lambda: vrgd_tf.VRGDLamb(0.02, gamma=1.0, beta_3=0.0, statistics_interval=1),
+        x,
+        y,
+        BATCH,
+        devices=2,
+        groups=2,
     )
     base = fit(lambda: vrgd_tf.Lamb(0.02), x, y, BATCH, devices=2)
     assert max_diff(plain, base) < 1e-6
@@ -53,7 +58,7 @@ def test_batch_norm_groups_normalise_alone_and_average_the_moving_statistics():
     keras.utils.set_random_seed(1)
     norm = keras.layers.BatchNormalization(momentum=0.5)
     model = keras.Sequential([keras.Input((x.shape[1],)), norm, keras.layers.Dense(3)])
-    model.compile(vrgd_tf.VRGDSGD(0.0), "mse")
+    model.compile(vrgd_tf.VRGDSGD(0.0, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=4)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     groups = x.reshape(4, BATCH // 4, -1).astype(np.float64)
@@ -83,7 +88,7 @@ def test_refusals_name_what_to_use():
     with pytest.raises(AttributeError, match="DataParallel"):
         vrgd_tf.GSNRAggregator  # noqa: B018
     with pytest.raises(ValueError, match="squares_dtype"):
-        vrgd_tf.VRGDLamb(squares_dtype="bfloat16")
+        vrgd_tf.VRGDLamb(squares_dtype="bfloat16", statistics_interval=1)
     with pytest.raises(ValueError, match="num_groups"):
         vrgd_tf.use_micro_batches(mlp(2, 1), num_groups=0)
 

@@ -17,19 +17,19 @@ import numpy_reference as ref
 BATCH, STEPS = 32, 3
 CASES = {
     "VRGDSGD": (
-        lambda: vrgd_tf.VRGDSGD(0.05, momentum=0.9),
+        lambda: vrgd_tf.VRGDSGD(0.05, momentum=0.9, statistics_interval=1),
         lambda: ref.VRGD(ref.SGD(0.05, momentum=0.9), 0.1, 0.0),
     ),
     "VRGDAdam": (
-        lambda: vrgd_tf.VRGDAdam(0.05),
+        lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1),
         lambda: ref.VRGD(ref.Adam(0.05), 0.1, 0.9),
     ),
     "VRGDLars": (
-        lambda: vrgd_tf.VRGDLars(1.0, weight_decay_rate=0.01, eeta=0.01),
+        lambda: vrgd_tf.VRGDLars(1.0, weight_decay_rate=0.01, eeta=0.01, statistics_interval=1),
         lambda: ref.VRGD(ref.Lars(1.0, weight_decay_rate=0.01, eeta=0.01), 0.1, 0.0),
     ),
     "VRGDLamb": (
-        lambda: vrgd_tf.VRGDLamb(0.05, weight_decay_rate=0.01, beta_3=0.5),
+        lambda: vrgd_tf.VRGDLamb(0.05, weight_decay_rate=0.01, beta_3=0.5, statistics_interval=1),
         lambda: ref.VRGD(ref.Lamb(0.05, weight_decay_rate=0.01), 0.1, 0.5),
     ),
 }

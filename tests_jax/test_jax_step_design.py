@@ -54,7 +54,7 @@ def _sums_of_one_step(devices, groups, x, y):
     call of ``model.train_step`` (as ``fit`` compiles it) on ``devices x groups`` groups."""
     use_devices(devices)
     model = linear(x.shape[1], y.shape[1])
-    model.compile(vrgd_tf.VRGDSGD(0.1), "mse")
+    model.compile(vrgd_tf.VRGDSGD(0.1, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=groups)
     model._symbolic_build(data_batch=(x, y, None))
     seen = {}
@@ -137,7 +137,7 @@ def test_conv1d_step_under_data_parallel_has_no_all_gather_and_no_grouped_convol
     x, y = conv_data(BATCH)
     use_devices(4)
     model = conv1d()
-    model.compile(vrgd_tf.VRGDLamb(0.01), "mse")
+    model.compile(vrgd_tf.VRGDLamb(0.01, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=groups)
     text = _compiled_text(model, x, y)
     use_devices(1)
@@ -153,7 +153,7 @@ def test_conv1d_step_under_data_parallel_has_no_all_gather_and_no_grouped_convol
 def _fit(devices, groups, x, y, make_model):
     use_devices(devices)
     model = make_model()
-    model.compile(vrgd_tf.VRGDLamb(0.02, weight_decay_rate=0.01), "mse")
+    model.compile(vrgd_tf.VRGDLamb(0.02, weight_decay_rate=0.01, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=groups)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     use_devices(1)
@@ -197,7 +197,7 @@ def test_rolled_and_unrolled_groups_give_the_same_weights():
     def fit(unroll):
         use_devices(1)
         model = conv1d(norm=True)
-        model.compile(vrgd_tf.VRGDSGD(0.05, momentum=0.9), "mse")
+        model.compile(vrgd_tf.VRGDSGD(0.05, momentum=0.9, statistics_interval=1), "mse")
         vrgd_tf.use_micro_batches(model, num_groups=4, unroll=unroll)
         model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
         return model
@@ -206,6 +206,6 @@ def test_rolled_and_unrolled_groups_give_the_same_weights():
     assert max_diff(rolled, unrolled) < 1e-6
     assert max_diff(unrolled, default) == 0.0
     model = conv1d()
-    model.compile(vrgd_tf.VRGDSGD(0.1), "mse")
+    model.compile(vrgd_tf.VRGDSGD(0.1, statistics_interval=1), "mse")
     with pytest.raises(TypeError, match="unroll"):
         vrgd_tf.use_micro_batches(model, num_groups=2, unroll="yes")

@@ -56,7 +56,7 @@ class GSNRAggregator(tf.Module):
     >>> strategy = devices.cpu_strategy(2)
     >>> with strategy.scope():
     ...     w = keras.Variable([0.0, 0.0], name="w")
-    ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1)
+    ...     aggregator = vrgd_tf.GSNRAggregator(gamma=0.1, statistics_interval=1)
     ...     aggregator.build([w])
     ...     optimizer = keras.optimizers.SGD(0.1)  # any optimizer, Keras 3 or tf_keras
     ...     optimizer.build([w])

@@ -465,7 +465,9 @@ class _GSNRLoggerMixin:
     ``vrgd/median/mean_gsnr``, ``vrgd/mean/norm_ratio``, and ``vrgd/median/reliability``
     when the optimizer has ``split_half=True``): the headline of
     :func:`headline` over the variables that have a GSNR, as ``vrgd_statistics()`` has them
-    after the last recording step (the optimizer's ``statistics_interval``). Each batch's
+    after the last recording step (the optimizer's ``statistics_interval``, by default every
+    100 steps: construct the optimizer with ``statistics_interval=1`` to see every step's
+    values, at the price of recording on every step). Each batch's
     logs carry the values read at the last batch that passed a recording step; the epoch's
     logs (``History``, ``CSVLogger``, the progress bar's end-of-epoch line) the values after
     the epoch's last step, and NaN ("no value") while no variable has a GSNR, e.g. before the

@@ -22,6 +22,7 @@ __all__ = [
     "PACK_LIMIT",
     "SQUARES_DTYPES",
     "SPARSE_STATISTICS",
+    "STATISTICS_INTERVAL",
     "VRGDSettings",
     "noise_rtol",
 ]
@@ -48,6 +49,11 @@ NOISE_RTOL_BFLOAT16 = 2.0**-8
 #: here, with the other options, so that this module imports no TensorFlow (the JAX family
 #: checks its settings with it); :mod:`vrgd_tf.gsnr.layout` uses it.
 PACK_LIMIT = 16384
+
+#: The default ``statistics_interval``: the diagnostics are recorded on one step in 100
+#: (``GSNRTensorBoard``'s default ``update_freq``), so a user who reads them rarely does not
+#: pay for them on every step (issue 39; before, every step: 1).
+STATISTICS_INTERVAL = 100
 
 #: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
 SQUARES_DTYPES = ("float32", "bfloat16")
@@ -290,12 +296,16 @@ class VRGDSettings:
         "VR-LAMB use 0.9, its VR-SGD and VR-LARS the raw factor.",
     )
     statistics_interval: int = _setting(
-        1,
+        STATISTICS_INTERVAL,
         _check_statistics_interval,
         "int >= 0, in steps. The GSNR diagnostics (``vrgd_statistics()``) are computed and "
         "stored on the steps that bring the step count (``iterations``) to a multiple of "
-        "it (every step for 1, never for 0); other steps skip that work. Set it to the "
-        "summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``; with Model Garden a "
+        "it (every step for 1, never for 0); other steps skip that work. The default, "
+        "100, is ``GSNRTensorBoard``'s default ``update_freq``: recording costs a step some "
+        "tenth of its time (``docs/cost_model.md``), so only one step in 100 pays for it; "
+        "a saved config keeps the value it was saved with (1 for saves made before this "
+        "default). Set it to the summary interval (e.g. ``GSNRTensorBoard(update_freq=...)``; "
+        "1 for a ``GSNRLogger`` that should show every step's values; with Model Garden a "
         "divisor of ``trainer.steps_per_loop``).",
     )
     squares_dtype: str = _setting(
