@@ -98,7 +98,10 @@ def optimizer_classes(pair):
 def make_optimizer(pair, side, learning_rate, gamma=0.1, factor_transforms=(), **vr_settings):
     """The base (``side='base'``) or VR optimizer of ``pair``; VR with the library's
     defaults, ``factor_transforms`` handed to its public extension point and
-    ``vr_settings`` (other VRGD settings, e.g. ``split_half=True``) to the VR class only."""
+    ``vr_settings`` (other VRGD settings, e.g. ``split_half=True``) to the VR class only.
+    The VR optimizer records its diagnostics every step (``statistics_interval=1`` unless
+    given), so a run's record holds its last step's, whatever the library's default."""
+    vr_settings.setdefault("statistics_interval", 1)
     base_cls, vr_cls, kwargs = optimizer_classes(pair)
     if side == "base":
         return base_cls(learning_rate=learning_rate, **kwargs)

@@ -99,7 +99,7 @@ class GroupsExactnessTest(tf.test.TestCase, parameterized.TestCase):
         for replicas in (1, 2, 4):
             results[replicas], opt = run_grouped(
                 replicas,
-                lambda: cls(**kwargs),
+                lambda: cls(statistics_interval=1, **kwargs),
                 init,
                 grads,  # noqa: B023
                 tf_variables=family == "tf_keras",

@@ -116,7 +116,7 @@ class ExactnessTest(tf.test.TestCase, parameterized.TestCase):
                 replicas,
                 K // replicas,
                 lambda: linear_model(w0),
-                lambda: cls(gamma=0.1, **kwargs),
+                lambda: cls(gamma=0.1, statistics_interval=1, **kwargs),
                 dataset(x, y),
             )
             results[replicas] = weights(model)

@@ -201,7 +201,10 @@ class ClippingTest(tf.test.TestCase, parameterized.TestCase):
     def test_keras3_statistics_ignore_clipping(self, **clip):
         init, grads = make_problem(2, seed=2, steps=2)
         _, clipped = util.run_custom_loop(
-            util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, **clip), init, grads
+            util.strategy_for(2),
+            lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1, **clip),
+            init,
+            grads,
         )
         _, plain = util.run_custom_loop(
             util.strategy_for(2), lambda: vrgd_tf.VRGDAdam(0.05, statistics_interval=1), init, grads

@@ -51,7 +51,7 @@ x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
 y = x @ np.arange(1.0, 9.0, dtype="float32")[:, None]
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, "relu"), keras.layers.Dense(1)])
-    model.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01), loss="mse")
+    model.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01, statistics_interval=1), loss="mse")
 history = model.fit(x, y, batch_size=32, epochs=1, verbose=0)
 optimizer = model.optimizer
 assert int(optimizer.iterations.numpy()) == 2, optimizer.iterations.numpy()

@@ -38,7 +38,7 @@ class SettingsTest(tf.test.TestCase):
             dict(
                 gamma=0.1,
                 beta_3=0.0,
-                statistics_interval=1,
+                statistics_interval=100,
                 squares_dtype="float32",
                 split_half=False,
                 sparse_statistics="rows",

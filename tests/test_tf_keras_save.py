@@ -69,7 +69,7 @@ def _model(cls, kwargs, loss_scale=False):
     model = tf_keras.Sequential(
         [tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)), tf_keras.layers.Dense(2)]
     )
-    optimizer = cls(**kwargs)
+    optimizer = cls(**{"statistics_interval": 1, **kwargs})  # the tests read each step's
     if loss_scale:
         optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss="mse")

@@ -63,7 +63,7 @@ class ScheduleWithoutConfigTest(tf.test.TestCase, parameterized.TestCase):
         )
         vr_vars, vr = util.run_custom_loop(
             strategy,
-            lambda: fam.classes[name](learning_rate=schedule_for(family)),
+            lambda: fam.classes[name](learning_rate=schedule_for(family), statistics_interval=1),
             init,
             grads,
             make_variable=fam.make_variable,

@@ -72,7 +72,7 @@ for devices in (1, 2):
     keras.distribution.set_distribution(dist if devices > 1 else None)
     # (not keras.utils.set_random_seed: Keras' own seeds TensorFlow too when it is installed)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), keras.layers.Dense(2)])
-    model.compile(vrgd_tf.VRGDLamb(learning_rate=0.01), "mse")
+    model.compile(vrgd_tf.VRGDLamb(learning_rate=0.01, statistics_interval=1), "mse")
     vrgd_tf.use_micro_batches(model, num_groups=4 // devices)
     before = [w.copy() for w in model.get_weights()]
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)

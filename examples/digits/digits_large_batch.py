@@ -319,6 +319,9 @@ def make_optimizer(name: str, schedule, config: DemoConfig) -> keras.optimizers.
         kwargs["gamma"] = config.gamma
         # halves of >= 2 replicas each; not implemented on JAX (the report says so)
         kwargs["split_half"] = config.replicas >= 4 and config.backend == "tensorflow"
+        # The report prints the last step's diagnostics: record every step (the default
+        # records every 100; these runs are short).
+        kwargs["statistics_interval"] = 1
     return cls(learning_rate=schedule, **kwargs)
 
 
