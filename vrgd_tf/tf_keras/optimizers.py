@@ -37,6 +37,7 @@ from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common, settings, validation
+from vrgd_tf.gsnr import state as state_lib
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
@@ -86,8 +87,9 @@ def _state_shape(kind, variable):
 class _VRGDSlotsMixin:
     """Creates the VRGD state slots of an ``OptimizerV2`` with their designed shape and kind.
 
-    The state (float32; ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the
-    variable's shape, ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
+    The state (float32, ``vrgd_deficit`` bfloat16 with ``state_dtype="bfloat16"``;
+    ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the variable's shape,
+    ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
     ``gsnr.VRGDState``). ``OptimizerV2.add_slot`` cannot make ON_READ variables and gives a
     slot the variable's shape, yet it is what every restore path calls for a slot that does
     not exist yet:
@@ -113,7 +115,9 @@ class _VRGDSlotsMixin:
     def _vrgd_make_variable(self, kind, index, shape, reference):
         """A replica-local slot ``vrgd_<kind>`` of ``reference``; the existing one if any.
 
-        Float32, zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape``.
+        Zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape`` and dtype
+        ``vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype)`` (float32; the deficit
+        bfloat16 with ``state_dtype="bfloat16"``).
         Registered exactly as ``OptimizerV2.add_slot`` registers slots (``add_slot`` itself
         cannot make ON_READ variables), so checkpoints key the state to its model variable
         object, like the base optimizer's own slots, and restore it (deferred if need be)
@@ -131,7 +135,7 @@ class _VRGDSlotsMixin:
             strategy = tf.distribute.get_strategy()
             with strategy.extended.colocate_vars_with(reference):
                 variable = tf.Variable(
-                    tf.zeros(shape, tf.float32),
+                    tf.zeros(shape, state_lib.variable_dtype(kind, self._vrgd.state_dtype)),
                     name=f"{reference._shared_name}/{slot_name}",
                     trainable=False,
                     synchronization=tf.VariableSynchronization.ON_READ,
