@@ -409,5 +409,66 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
                 np.testing.assert_array_equal(c, copies(a)[0])
 
 
+class TfKerasFilesTest(tf.test.TestCase, parameterized.TestCase):
+    """tf_keras SavedModel and h5 files of a model whose optimizer stores bfloat16 state."""
+
+    def _model(self, loss_scale):
+        import tf_keras
+
+        tf_keras.utils.set_random_seed(7)
+        model = tf_keras.Sequential(
+            [
+                tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
+                tf_keras.layers.Dense(2),
+            ]
+        )
+        opt = vtk.VRGDLamb(learning_rate=0.01, state_dtype=BF16)
+        if loss_scale:
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(opt)
+        model.compile(optimizer=opt, loss="mse")
+        return model
+
+    def _deficits(self, optimizer, model):
+        return [optimizer.get_slot(v, "vrgd_deficit") for v in model.trainable_variables]
+
+    def _assert_same(self, optimizer, model, ref_optimizer, ref_model):
+        for got, want in zip(
+            self._deficits(optimizer, model), self._deficits(ref_optimizer, ref_model)
+        ):
+            self.assertEqual(got.dtype, tf.bfloat16)
+            for c in copies(got):
+                np.testing.assert_array_equal(c, copies(want)[0])
+
+    @parameterized.named_parameters(("", False), ("_loss_scale", True))
+    def test_savedmodel_and_h5_restore_the_bfloat16_state(self, loss_scale):
+        util.skip_without_tf_keras(self)
+        import tf_keras
+
+        rng = np.random.default_rng(3)
+        x = rng.normal(size=(48, 3)).astype(np.float32)
+        y = rng.normal(size=(48, 2)).astype(np.float32)
+        strategy = util.strategy_for(2)
+        with strategy.scope():
+            model = self._model(loss_scale)
+        model.fit(x[:32], y[:32], batch_size=16, shuffle=False, verbose=0)
+        self.assertGreater(np.abs(copies(self._deficits(model.optimizer, model)[0])[0]).max(), 0)
+        d = tempfile.mkdtemp()
+        model.save(os.path.join(d, "sm"), save_format="tf")
+        model.save(os.path.join(d, "m.h5"))
+        with strategy.scope():
+            raw = tf_keras.models.load_model(os.path.join(d, "sm"), compile=False)
+        self._assert_same(raw.optimizer, raw, model.optimizer, model)  # the stand-in
+        with strategy.scope():
+            loaded = tf_keras.models.load_model(os.path.join(d, "sm"))
+            from_h5 = tf_keras.models.load_model(os.path.join(d, "m.h5"))
+        loaded.load_weights(os.path.join(d, "sm", "variables", "variables"))
+        for m in (model, loaded, from_h5):
+            m.fit(x[32:], y[32:], batch_size=16, shuffle=False, verbose=0)
+        for m in (loaded, from_h5):
+            self._assert_same(m.optimizer, m, model.optimizer, model)
+            for want, got in zip(model.get_weights(), m.get_weights()):
+                np.testing.assert_array_equal(got, want)
+
+
 if __name__ == "__main__":
     tf.test.main()

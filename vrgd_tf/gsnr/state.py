@@ -92,7 +92,7 @@ class VRGDState:
     Args:
       make_variable: ``fn(kind, index, shape, reference_variable) -> variable`` that creates
         a zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable of
-        :func:`variable_dtype` ``(kind, state_dtype)`` tracked by the optimizer; ``kind`` is
+        ``vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype)`` tracked by the optimizer; ``kind`` is
         ``"statistics"``, ``"deficit"`` or ``"correction"`` and ``index`` the variable's
         position. Supplied by each family.
       var_key: ``fn(variable) -> hashable`` identifying a trainable variable, the same key
@@ -100,7 +100,7 @@ class VRGDState:
       beta_3: Python float in [0, 1).
       state_dtype: ``"float32"`` or ``"bfloat16"``, the dtype of the deficits
         (:class:`vrgd_tf.settings.VRGDSettings`); their math is float32 either way
-        (:func:`read` upcasts, :func:`commit` rounds at the write).
+        (``read`` upcasts them, ``commit`` rounds at the write).
 
     Raises:
       TypeError: from :meth:`add_variables`, a ``make_variable`` that made a deficit of
