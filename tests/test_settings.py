@@ -19,6 +19,7 @@ KEYS = (
     "beta_3",
     "statistics_interval",
     "squares_dtype",
+    "state_dtype",
     "split_half",
     "sparse_statistics",
     "pack_limit",
@@ -32,7 +33,7 @@ def keras3_classes():
 class SettingsTest(tf.test.TestCase):
     def test_the_definition(self):
         self.assertEqual(settings.CONFIG_KEYS, KEYS)
-        self.assertEqual(settings.NAMES, KEYS[:5] + ("factor_transforms",) + KEYS[5:])
+        self.assertEqual(settings.NAMES, KEYS[:6] + ("factor_transforms",) + KEYS[6:])
         self.assertEqual(
             settings.DEFAULTS.get_config(),
             dict(
@@ -40,6 +41,7 @@ class SettingsTest(tf.test.TestCase):
                 beta_3=0.0,
                 statistics_interval=100,
                 squares_dtype="float32",
+                state_dtype="float32",
                 split_half=False,
                 sparse_statistics="rows",
                 pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
@@ -55,6 +57,7 @@ class SettingsTest(tf.test.TestCase):
             (dict(beta_3=1.0), ValueError, "`beta_3` must be in"),
             (dict(statistics_interval=-1), ValueError, "`statistics_interval` must be"),
             (dict(squares_dtype="float16"), ValueError, "`squares_dtype` must be one of"),
+            (dict(state_dtype="float16"), ValueError, "`state_dtype` must be one of"),
             (dict(factor_transforms=[1]), TypeError, "`factor_transforms` must be"),
             (dict(split_half=1), TypeError, "`split_half` must be a bool"),
             (dict(sparse_statistics="sparse"), ValueError, "`sparse_statistics` must be one"),
@@ -94,6 +97,7 @@ class SettingsTest(tf.test.TestCase):
                     beta_3=defaults.beta_3,
                     statistics_interval=3,
                     squares_dtype="bfloat16",
+                    state_dtype="float32",
                     split_half=False,
                     sparse_statistics="rows",
                     pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
@@ -121,6 +125,7 @@ class SettingsTest(tf.test.TestCase):
                 beta_3=0.5,
                 statistics_interval=4,
                 squares_dtype="bfloat16",
+                state_dtype="float32",
                 split_half=False,
                 sparse_statistics="rows",
                 pack_limit=vrgd_tf.gsnr.PACK_LIMIT,

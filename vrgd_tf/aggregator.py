@@ -9,6 +9,7 @@ Model Garden optimizer takes it as its ``gradient_aggregator``. The math is
 to :mod:`vrgd_tf.step_warnings`.
 """
 
+import functools
 import inspect
 from typing import Callable, Dict, Optional, Sequence
 
@@ -87,8 +88,10 @@ class GSNRAggregator(tf.Module):
       settings: a :class:`vrgd_tf.settings.VRGDSettings` instead of the settings one by one.
       owner: str, the name in warnings (the optimizer's class). Default ``name``.
       make_variable: ``fn(kind, index, shape, reference) -> variable`` creating the state
-        (:class:`vrgd_tf.gsnr.VRGDState`); the optimizers pass theirs. Default: variables
-        tracked by this module (``tf.train.Checkpoint(aggregator=...)`` saves them).
+        (:class:`vrgd_tf.gsnr.VRGDState`), of dtype
+        ``vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype)`` (checked at :meth:`build`);
+        the optimizers pass theirs. Default: variables tracked by this module
+        (``tf.train.Checkpoint(aggregator=...)`` saves them).
       var_key: ``fn(variable) -> hashable``. Default ``id`` of the (distributed) variable.
       name: str, the module name. Default ``"gsnr_aggregator"``.
 
@@ -111,7 +114,9 @@ class GSNRAggregator(tf.Module):
         self.settings = resolve(settings, setting_values, "GSNRAggregator")
         self._owner = owner or name
         self._standalone = make_variable is None
-        self._make_variable = make_variable or gsnr.state.standalone_variable
+        self._make_variable = make_variable or functools.partial(
+            gsnr.state.standalone_variable, state_dtype=self.settings.state_dtype
+        )
         self._var_key = var_key or gsnr.state.default_var_key
         self._warnings = step_warnings.StepWarnings(self._owner)
         self.state = None
@@ -129,7 +134,9 @@ class GSNRAggregator(tf.Module):
         """
         strategies.check_strategy(tf.distribute.get_strategy(), self._owner)
         if self.state is None:
-            self.state = gsnr.VRGDState(self._make_variable, self._var_key, self.beta_3)
+            self.state = gsnr.VRGDState(
+                self._make_variable, self._var_key, self.beta_3, self.state_dtype
+            )
             if self._standalone:
                 self._steps = tf.Variable(
                     tf.zeros([], tf.int64),

@@ -242,8 +242,8 @@ class VRGDCommon:
 
     Attributes:
       default_settings: :class:`vrgd_tf.settings.VRGDSettings`, the class's defaults.
-      gamma, beta_3, statistics_interval, squares_dtype, factor_transforms: this
-        optimizer's settings (read-only; see :class:`vrgd_tf.settings.VRGDSettings`).
+      gamma, beta_3, statistics_interval, squares_dtype, state_dtype, factor_transforms:
+        this optimizer's settings (read-only; see :class:`vrgd_tf.settings.VRGDSettings`).
       vrgd_aggregator: the :class:`vrgd_tf.GSNRAggregator` holding the VRGD state (its
         variables are the optimizer's: checkpoints and ``optimizer.variables`` hold them).
     """

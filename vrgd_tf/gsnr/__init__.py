@@ -34,8 +34,8 @@ gradient's dtype (float64 gradients are also summed in float64, and ``u`` is the
 The step is a composition of small stages, each a module of this package:
 
 * ``options``: :class:`vrgd_tf.settings.VRGDSettings`, the one settings record (gamma, beta_3,
-  statistics_interval, squares_dtype, split_half, factor_transforms, sparse_statistics,
-  pack_limit), their checks and the noise thresholds;
+  statistics_interval, squares_dtype, state_dtype, split_half, factor_transforms,
+  sparse_statistics, pack_limit), their checks and the noise thresholds;
 * ``layout``: one ``layout.Entry`` per gradient (its path: dense, float64, sparse
   rows, sparse as dense; its sizes; its state index) and the blocks the stages work on
   (one entry, or the small dense ones packed into one buffer), built once per trace;

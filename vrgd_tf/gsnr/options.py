@@ -21,6 +21,7 @@ __all__ = [
     "NOISE_RTOL_BFLOAT16",
     "PACK_LIMIT",
     "SQUARES_DTYPES",
+    "STATE_DTYPES",
     "SPARSE_STATISTICS",
     "STATISTICS_INTERVAL",
     "VRGDSettings",
@@ -57,6 +58,10 @@ STATISTICS_INTERVAL = 100
 
 #: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
 SQUARES_DTYPES = ("float32", "bfloat16")
+
+#: Allowed values of ``state_dtype``: the dtype the per-element ``beta_3`` state (the
+#: deficit) is stored in; its math is float32 whatever it is (spec section 3).
+STATE_DTYPES = ("float32", "bfloat16")
 
 #: Allowed values of ``sparse_statistics``, the statistics path of a ``tf.IndexedSlices``
 #: gradient (spec section 4): ``"rows"``, exact statistics on the rows some replica touched
@@ -165,6 +170,21 @@ def _binds(signature, count: int) -> bool:
     return True
 
 
+def _dtype_name(value, name: str, allowed) -> str:
+    """``value`` (a string, or a ``tf.DType``) as one of the names ``allowed``, or the
+    TypeError/ValueError naming the argument ``name`` and the allowed values."""
+    # A tf.DType exists only where TensorFlow is imported: this module imports none.
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(value, tf.DType):
+        value = value.name
+    want = f"`{name}` must be one of {', '.join(repr(d) for d in allowed)}"
+    if not isinstance(value, str):
+        raise TypeError(f"{want}; got {value!r} of type {type(value).__name__}.")
+    if value not in allowed:
+        raise ValueError(f"{want}; got {value!r}.")
+    return value
+
+
 def validate_squares_dtype(squares_dtype):
     """Checks ``squares_dtype``, the dtype the squared gradients are all-reduced in.
 
@@ -181,21 +201,26 @@ def validate_squares_dtype(squares_dtype):
       TypeError: not a string (or ``tf.DType``).
       ValueError: not one of ``SQUARES_DTYPES``.
     """
-    # A tf.DType exists only where TensorFlow is imported: this module imports none.
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and isinstance(squares_dtype, tf.DType):
-        squares_dtype = squares_dtype.name
-    if not isinstance(squares_dtype, str):
-        raise TypeError(
-            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
-            f"got {squares_dtype!r} of type {type(squares_dtype).__name__}."
-        )
-    if squares_dtype not in SQUARES_DTYPES:
-        raise ValueError(
-            f"`squares_dtype` must be one of {', '.join(repr(d) for d in SQUARES_DTYPES)}; "
-            f"got {squares_dtype!r}."
-        )
-    return squares_dtype
+    return _dtype_name(squares_dtype, "squares_dtype", SQUARES_DTYPES)
+
+
+def validate_state_dtype(state_dtype):
+    """Checks ``state_dtype``, the dtype the per-element ``beta_3`` state is stored in.
+
+    Args:
+      state_dtype: ``"float32"`` (default of every VRGD class) or ``"bfloat16"`` (the
+        deficit is stored in bfloat16, half the bytes; it is read into float32, every
+        operation is float32, and it is rounded to bfloat16 only when written: spec
+        section 3). A ``tf.DType`` of those names is accepted too.
+
+    Returns:
+      The name, ``"float32"`` or ``"bfloat16"``.
+
+    Raises:
+      TypeError: not a string (or ``tf.DType``).
+      ValueError: not one of ``STATE_DTYPES``.
+    """
+    return _dtype_name(state_dtype, "state_dtype", STATE_DTYPES)
 
 
 def validate_sparse_statistics(sparse_statistics) -> str:
@@ -315,6 +340,16 @@ class VRGDSettings:
         "in; the gradients stay float32. bfloat16 sends 6 instead of 8 bytes per parameter, "
         "and GSNRs above about ``1 / (2**-8 k)`` count as undefined (factor 1): "
         "``docs/cost_model.md``.",
+    )
+    state_dtype: str = _setting(
+        "float32",
+        validate_state_dtype,
+        '``"float32"`` or ``"bfloat16"``, the dtype the per-element state of ``beta_3 > 0`` '
+        "(the deficit ``vrgd_deficit``, one value per parameter) is stored in; its math is "
+        "float32 either way: bfloat16 is read into float32 and rounded only when written "
+        "(relative error <= ``2**-8`` per write; ``docs/spec.md`` section 3), half the bytes "
+        "of that state. The scalar correction and the diagnostics stay float32; with "
+        "``beta_3 = 0`` there is no such state and it changes nothing.",
     )
     split_half: bool = _setting(
         False,

@@ -24,14 +24,22 @@ __all__ = [
     "record",
     "untouched_statistics",
     "replica_local_variable",
+    "variable_dtype",
 ]
 
 
-def replica_local_variable(shape, name) -> tf.Variable:
-    """A zero float32, non-trainable, ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` of
-    ``shape``, made in the current strategy's scope and tracked by nobody."""
+def variable_dtype(kind: str, state_dtype: str = "float32") -> tf.DType:
+    """The dtype of the state ``kind``: ``state_dtype`` for ``"deficit"`` (the per-element
+    state), float32 for the others (``"statistics"``, ``"correction"``)."""
+    return tf.as_dtype(state_dtype) if kind == "deficit" else tf.float32
+
+
+def replica_local_variable(shape, name, dtype=tf.float32) -> tf.Variable:
+    """A zero (float32 by default), non-trainable, ON_READ / ONLY_FIRST_REPLICA
+    ``tf.Variable`` of ``shape``, made in the current strategy's scope and tracked by
+    nobody."""
     return tf.Variable(
-        tf.zeros(shape, tf.float32),
+        tf.zeros(shape, dtype),
         trainable=False,
         synchronization=tf.VariableSynchronization.ON_READ,
         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -39,11 +47,12 @@ def replica_local_variable(shape, name) -> tf.Variable:
     )
 
 
-def standalone_variable(kind, index, shape, reference) -> tf.Variable:
-    """The default ``make_variable`` of a standalone aggregator: a zero float32 ON_READ /
-    ONLY_FIRST_REPLICA ``tf.Variable`` named ``vrgd_{kind}_{index}``."""
+def standalone_variable(kind, index, shape, reference, state_dtype="float32") -> tf.Variable:
+    """The default ``make_variable`` of a standalone aggregator (``state_dtype`` bound): a
+    zero ON_READ / ONLY_FIRST_REPLICA ``tf.Variable`` named ``vrgd_{kind}_{index}``, of
+    :func:`variable_dtype`."""
     del reference
-    return replica_local_variable(shape, f"vrgd_{kind}_{index}")
+    return replica_local_variable(shape, f"vrgd_{kind}_{index}", variable_dtype(kind, state_dtype))
 
 
 def default_var_key(variable):
@@ -60,8 +69,8 @@ def default_var_key(variable):
 class VRGDState:
     """The per-variable state of VRGD, created by the optimizer's ``build``.
 
-    Per trainable variable: ``deficit`` (float32, the variable's shape; only if
-    ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
+    Per trainable variable: ``deficit`` (float32, or bfloat16 with
+    ``state_dtype="bfloat16"``; the variable's shape; only if ``beta_3 > 0``), ``correction`` (float32 scalar; only if ``beta_3 > 0``) and
     ``statistics`` (float32, shape ``[NUM_STATISTICS]``: see
     :class:`vrgd_tf.gsnr.GSNRStatistics`), and ``split_half`` (float32 ``[NUM_SPLIT_HALF]``,
     ``vrgd_tf.gsnr.halves.SPLIT_HALF_FIELDS``: the last recording step's split-half
@@ -82,18 +91,29 @@ class VRGDState:
 
     Args:
       make_variable: ``fn(kind, index, shape, reference_variable) -> variable`` that creates
-        a float32, zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable
-        tracked by the optimizer; ``kind`` is ``"statistics"``, ``"deficit"`` or
-        ``"correction"`` and ``index`` the variable's position. Supplied by each family.
+        a zero-initialised, non-trainable, ON_READ / ONLY_FIRST_REPLICA variable of
+        ``vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype)`` tracked by the optimizer; ``kind`` is
+        ``"statistics"``, ``"deficit"`` or ``"correction"`` and ``index`` the variable's
+        position. Supplied by each family.
       var_key: ``fn(variable) -> hashable`` identifying a trainable variable, the same key
         the optimizer family uses for its slots.
       beta_3: Python float in [0, 1).
+      state_dtype: ``"float32"`` or ``"bfloat16"``, the dtype of the deficits
+        (:class:`vrgd_tf.settings.VRGDSettings`); their math is float32 either way
+        (``read`` upcasts them, ``commit`` rounds at the write).
+
+    Raises:
+      TypeError: from :meth:`add_variables`, a ``make_variable`` that made a deficit of
+        another dtype than ``state_dtype`` (it would be stored in that dtype silently).
     """
 
-    def __init__(self, make_variable: Callable, var_key: Callable, beta_3: float):
+    def __init__(
+        self, make_variable: Callable, var_key: Callable, beta_3: float, state_dtype="float32"
+    ):
         self._make_variable = make_variable
         self._var_key = var_key
         self._beta_3 = beta_3
+        self._state_dtype = variable_dtype("deficit", state_dtype)
         self._index = {}
         self.deficits: List = []
         self.corrections: List = []
@@ -113,8 +133,20 @@ class VRGDState:
             self.statistics.append(self._make_variable("statistics", i, [NUM_STATISTICS], var))
             self.split_half.append(replica_local_variable([NUM_SPLIT_HALF], f"vrgd_split_half_{i}"))
             if self._beta_3 > 0.0:
-                self.deficits.append(self._make_variable("deficit", i, var.shape, var))
+                self.deficits.append(self._checked_deficit(i, var))
                 self.corrections.append(self._make_variable("correction", i, [], var))
+
+    def _checked_deficit(self, index, var):
+        """The deficit ``make_variable`` makes for ``var``, of the dtype ``state_dtype``."""
+        deficit = self._make_variable("deficit", index, var.shape, var)
+        if tf.as_dtype(deficit.dtype) != self._state_dtype:
+            raise TypeError(
+                f"`state_dtype={self._state_dtype.name!r}`, but `make_variable` made the "
+                f"deficit of {naming.variable_name(var)!r} {tf.as_dtype(deficit.dtype).name}. "
+                "Make it of vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype), or pass "
+                f'`state_dtype="{tf.as_dtype(deficit.dtype).name}"`.'
+            )
+        return deficit
 
     def __contains__(self, variable) -> bool:
         """Whether ``variable`` has state here."""
@@ -151,9 +183,23 @@ class Previous(NamedTuple):
     corrections: Tuple[tf.Tensor, ...]
 
 
+def _float32(value) -> tf.Tensor:
+    """``value`` (a deficit or a piece of one, any float dtype) as float32: a bfloat16
+    deficit is read into float32 and all its math is float32 (spec section 3)."""
+    value = tf.convert_to_tensor(value)
+    return value if value.dtype == tf.float32 else tf.cast(value, tf.float32)
+
+
+def _stored(value, variable) -> tf.Tensor:
+    """float32 ``value`` rounded to ``variable``'s dtype, for the write (the only rounding
+    of a bfloat16 deficit)."""
+    return value if variable.dtype == value.dtype else tf.cast(value, variable.dtype)
+
+
 def _gather_rows(deficit, rows) -> tf.Tensor:
     """float32 ``[M * width]``: the slots' rows of ``deficit``; 0 in empty slots."""
-    got = tf.reshape(tf.gather(deficit, rows.safe_indices()), [-1, rows.width])
+    got = _float32(tf.gather(deficit, rows.safe_indices()))
+    got = tf.reshape(got, [-1, rows.width])
     return tf.reshape(tf.where(rows.valid[:, None], got, 0.0), [-1])
 
 
@@ -166,7 +212,9 @@ def read(layout, state, rows) -> Previous:
             deficits.append(_gather_rows(state.deficits[b.entries[0].state_index], r))
         else:
             deficits.append(
-                packing.concat([tf.reshape(state.deficits[e.state_index], [-1]) for e in b.entries])
+                packing.concat(
+                    [_float32(tf.reshape(state.deficits[e.state_index], [-1])) for e in b.entries]
+                )
             )
         c = [tf.convert_to_tensor(state.corrections[e.state_index]) for e in b.entries]
         corrections.append(tf.stack(c) if b.packed else c[0])
@@ -183,10 +231,10 @@ def _update_rows(deficit, rows, new_rows, decay) -> None:
     the variable instead of one streaming multiply (slower on CPU), and a lazy per-row
     decay needs a per-row step counter (new state).
     """
-    deficit.assign(deficit * decay)
+    deficit.assign(_stored(_float32(deficit) * decay, deficit))
     new_rows = tf.reshape(new_rows, [-1, rows.width])
     new_rows = tf.where(rows.valid[:, None], new_rows, new_rows[:1])  # empty slots: slot 0
-    new_rows = tf.reshape(new_rows, [-1] + rows.row_shape.as_list())
+    new_rows = _stored(tf.reshape(new_rows, [-1] + rows.row_shape.as_list()), deficit)
     tf.raw_ops.ResourceScatterUpdate(
         resource=deficit.handle, indices=rows.safe_indices(), updates=new_rows
     )
@@ -208,7 +256,7 @@ def commit(layout, state, deficits, corrections, rows, beta_3, predicate) -> Non
                 continue
             for e, piece in zip(b.entries, packing.pieces(d, b.sizes if b.packed else None)):
                 var = state.deficits[e.state_index]
-                var.assign(tf.reshape(piece, var.shape))
+                var.assign(_stored(tf.reshape(piece, var.shape), var))
         for b, c in zip(layout.blocks, corrections):
             values = tf.unstack(c, num=len(b.entries)) if b.packed else [c]
             for e, value in zip(b.entries, values):
@@ -229,7 +277,7 @@ def untouched_statistics(state, entry, rows, correction) -> tf.Tensor:
     if correction is not None:
         deficit = state.deficits[entry.state_index]
         touched = tf.reduce_sum(_gather_rows(deficit, rows))
-        untouched = tf.reduce_sum(tf.convert_to_tensor(deficit)) - touched
+        untouched = tf.reduce_sum(_float32(deficit)) - touched
         applied = applied - untouched / correction
     return tf.stack([missing, applied])
 

@@ -76,8 +76,8 @@ class VRGDOptimizer:
 
     Attributes:
       default_settings: the class's :class:`vrgd_tf.settings.VRGDSettings`.
-      gamma, beta_3, statistics_interval, squares_dtype, split_half, factor_transforms:
-        this optimizer's settings (read-only).
+      gamma, beta_3, statistics_interval, squares_dtype, state_dtype, split_half,
+        factor_transforms: this optimizer's settings (read-only).
     """
 
     _vrgd_base_class = None
@@ -114,8 +114,11 @@ class VRGDOptimizer:
                 self._vrgd_corrections.append(self._vrgd_variable("correction", i, ()))
 
     def _vrgd_variable(self, kind, index, shape):
+        """A zero state variable ``vrgd_{kind}_{index}``: float32, the deficit of
+        ``state_dtype`` (spec section 3)."""
+        dtype = self._vrgd_settings.state_dtype if kind == "deficit" else "float32"
         return self.add_variable(
-            shape, initializer="zeros", dtype="float32", name=f"vrgd_{kind}_{index}"
+            shape, initializer="zeros", dtype=dtype, name=f"vrgd_{kind}_{index}"
         )
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
@@ -191,8 +194,10 @@ class VRGDOptimizer:
         s = self._vrgd_settings
         out = []
         for f, d, c in zip(applied, self._vrgd_deficits, self._vrgd_corrections):
-            p_hat, new_d, new_c = gsnr.smooth(f, d.value, c.value, s.beta_3, s.gamma)
-            d.assign(jnp.where(commit, new_d, d.value))
+            # A bfloat16 deficit is read into float32 and rounded only at the write.
+            previous = d.value.astype(jnp.float32)
+            p_hat, new_d, new_c = gsnr.smooth(f, previous, c.value, s.beta_3, s.gamma)
+            d.assign(jnp.where(commit, new_d, previous).astype(d.dtype))
             c.assign(jnp.where(commit, new_c, c.value))
             out.append(jnp.where(has_gsnr, p_hat, 1.0))
         return out

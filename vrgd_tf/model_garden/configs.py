@@ -3,7 +3,7 @@
 Each VRGD config extends Model Garden's config of its base optimizer
 (``official.modeling.optimization.configs.optimizer_config``) with the VRGD settings that are
 config keys (:data:`vrgd_tf.settings.CONFIG_KEYS`: ``gamma``, ``beta_3``,
-``statistics_interval``, ``squares_dtype``, ``split_half``; spec ``docs/spec.md`` sections 2 and 3), with the
+``statistics_interval``, ``squares_dtype``, ``state_dtype``, ``split_half``; spec ``docs/spec.md`` sections 2 and 3), with the
 defaults of its optimizer class (``beta_3`` 0.9 for VR-Adam/VR-LAMB, 0 for VR-SGD/VR-LARS).
 Fields, defaults, checks and docs all come from :class:`vrgd_tf.settings.VRGDSettings`.
 For fresh diagnostics set ``statistics_interval`` to a divisor of

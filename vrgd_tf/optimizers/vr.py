@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras.src import backend
 
 from vrgd_tf import common, keras_internals, settings, validation, versions
+from vrgd_tf.gsnr import state as state_lib
 from vrgd_tf.optimizers.lamb import Lamb
 from vrgd_tf.optimizers.lars import Lars
 
@@ -96,7 +97,7 @@ class _KerasVRGDMixin(common.VRGDCommon):
                 variable = backend.Variable(
                     initializer=keras.initializers.Zeros(),
                     shape=tuple(shape),
-                    dtype="float32",
+                    dtype=state_lib.variable_dtype(kind, self._vrgd.state_dtype).name,
                     trainable=False,
                     synchronization="on_read",
                     aggregation="only_first_replica",

@@ -27,6 +27,7 @@ designed shape and kind.
 Needs the ``model-garden`` extra (``tf-models-official``, ``tf-keras``).
 """
 
+import os
 import weakref
 
 import tensorflow as tf
@@ -37,6 +38,7 @@ from tensorflow.python.saved_model import registration as _registration
 from tf_keras.src.optimizers.legacy import optimizer_v2 as _optimizer_v2
 
 from vrgd_tf import common, settings, validation
+from vrgd_tf.gsnr import state as state_lib
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS
 
 __all__ = ["VRGDSGD", "VRGDAdam", "VRGDLars", "VRGDLamb", "make_vrgd_optimizer"]
@@ -86,8 +88,9 @@ def _state_shape(kind, variable):
 class _VRGDSlotsMixin:
     """Creates the VRGD state slots of an ``OptimizerV2`` with their designed shape and kind.
 
-    The state (float32; ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the
-    variable's shape, ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
+    The state (float32, ``vrgd_deficit`` bfloat16 with ``state_dtype="bfloat16"``;
+    ``vrgd_statistics`` ``[NUM_STATISTICS]``, ``vrgd_deficit`` the variable's shape,
+    ``vrgd_correction`` ``[]``) must be ON_READ / ONLY_FIRST_REPLICA (see
     ``gsnr.VRGDState``). ``OptimizerV2.add_slot`` cannot make ON_READ variables and gives a
     slot the variable's shape, yet it is what every restore path calls for a slot that does
     not exist yet:
@@ -113,7 +116,9 @@ class _VRGDSlotsMixin:
     def _vrgd_make_variable(self, kind, index, shape, reference):
         """A replica-local slot ``vrgd_<kind>`` of ``reference``; the existing one if any.
 
-        Float32, zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape``.
+        Zeros, non-trainable, ON_READ / ONLY_FIRST_REPLICA, of shape ``shape`` and dtype
+        ``vrgd_tf.gsnr.state.variable_dtype(kind, state_dtype)`` (float32; the deficit
+        bfloat16 with ``state_dtype="bfloat16"``).
         Registered exactly as ``OptimizerV2.add_slot`` registers slots (``add_slot`` itself
         cannot make ON_READ variables), so checkpoints key the state to its model variable
         object, like the base optimizer's own slots, and restore it (deferred if need be)
@@ -131,7 +136,7 @@ class _VRGDSlotsMixin:
             strategy = tf.distribute.get_strategy()
             with strategy.extended.colocate_vars_with(reference):
                 variable = tf.Variable(
-                    tf.zeros(shape, tf.float32),
+                    tf.zeros(shape, state_lib.variable_dtype(kind, self._vrgd_state_dtype())),
                     name=f"{reference._shared_name}/{slot_name}",
                     trainable=False,
                     synchronization=tf.VariableSynchronization.ON_READ,
@@ -162,6 +167,10 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
 
     def _vrgd_var_key(self, variable):
         return _var_key(variable)
+
+    def _vrgd_state_dtype(self) -> str:
+        """The ``state_dtype`` setting: the dtype of the ``vrgd_deficit`` slots."""
+        return self._vrgd.state_dtype
 
     def _aggregate_gradients(self, grads_and_vars):
         grads_and_vars = list(grads_and_vars)
@@ -267,9 +276,45 @@ class _RestoredVRGDOptimizer(_VRGDSlotsMixin, _optimizer_v2.RestoredOptimizer):
     the saved state into the compiled one.
     """
 
+    _vrgd_saved_state_dtype = "float32"
+
+    @classmethod
+    def _deserialize_from_proto(cls, export_dir=None, **kwargs):
+        """The stand-in, knowing the dtype the SavedModel stores the deficits in (the
+        ``state_dtype`` they were saved with; the loader's ``add_slot`` names no dtype)."""
+        del kwargs
+        restored = cls()
+        restored._vrgd_saved_state_dtype = _saved_deficit_dtype(export_dir)
+        return restored
+
+    def _vrgd_state_dtype(self) -> str:
+        return self._vrgd_saved_state_dtype
+
     def _add_trackable_child(self, name, value):
         # The setter tf_keras registers for revived optimizers (iterations, hyperparameters).
         self._set_hyper(name, value)
+
+
+def _saved_deficit_dtype(export_dir) -> str:
+    """The dtype of the ``vrgd_deficit`` slots in the SavedModel at ``export_dir``'s
+    checkpoint (its index only); ``"float32"`` without one.
+
+    Raises:
+      ValueError: deficits of more than one dtype (optimizers of different ``state_dtype``
+        in one SavedModel), which one stand-in class cannot tell apart.
+    """
+    if export_dir is None:
+        return "float32"
+    reader = tf.train.load_checkpoint(os.path.join(export_dir, "variables", "variables"))
+    marker = f"/{_SLOT_PREFIX}deficit/"
+    dtypes = {d.name for k, d in reader.get_variable_to_dtype_map().items() if marker in k}
+    if len(dtypes) > 1:
+        raise ValueError(
+            f"The SavedModel at {export_dir} holds VRGD deficits of several dtypes "
+            f"({sorted(dtypes)}: optimizers of different `state_dtype`), which its stand-in "
+            "optimizer cannot restore. Save the models separately, or with one `state_dtype`."
+        )
+    return dtypes.pop() if dtypes else "float32"
 
 
 def make_vrgd_optimizer(
