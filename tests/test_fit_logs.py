@@ -17,7 +17,7 @@ from vrgd_tf import summaries
 
 import util
 
-K = 8  # replicas of the main test; the others take 2 (each replica is a thread to trace)
+K = 2  # replicas (each replica is a thread to trace: 8 cost the suite a minute)
 
 
 def data(steps, k=K, per_replica=4, seed=0):
@@ -66,7 +66,7 @@ class Keras3LoggerTest(tf.test.TestCase):
         return model, history, out.getvalue(), reads
 
     def test_history_progress_bar_and_csv_show_the_last_recording_step(self):
-        """8 replicas, 2 epochs of 7 steps, statistics every 3 steps (recorded at 3, 6, 9,
+        """2 replicas, 2 epochs of 7 steps, statistics every 3 steps (recorded at 3, 6, 9,
         12): History, CSVLogger, Keras' TensorBoard and the progress bar's epoch lines carry
         the headline of the last recording step; the statistics are read at the start and
         at those four steps only."""

@@ -1,9 +1,11 @@
-"""End to end: tpu_scripts/train.py on 2 logical CPU replicas, real data, then a restart.
+"""End to end: tpu_scripts/train.py on real data, then a restart.
 
-Each run is a subprocess (so that ``--cpu_replicas=2`` can split its CPU before TensorFlow
-starts). The tiny BERT trains on the Shakespeare pretraining set and the tiny ResNet on
-scikit-learn's digits, both made here by ``examples/data/prepare_model_garden_data.py``. The two
-first runs go in parallel, then BERT's restart:
+Each run is a subprocess (so that ``--cpu_replicas`` can split its CPU before TensorFlow
+starts). The tiny BERT trains on the Shakespeare pretraining set on 2 logical CPU replicas,
+the tiny ResNet on scikit-learn's digits on ONE CPU device with 4 micro-batch groups
+(``tiny_resnet_digits_vrlars_1cpu_4groups.yaml``: k = 1 x 4, real VRGD without a warning),
+both sets made here by ``examples/data/prepare_model_garden_data.py``. The two first runs go
+in parallel, then BERT's restart:
 
 1. ``train_and_eval`` for 30 steps: the training loss falls, a checkpoint is written and the
    evaluation runs (its summaries are there);
@@ -12,7 +14,7 @@ first runs go in parallel, then BERT's restart:
    ``1 - 0.9**40`` (restored at 30 and advanced), not ``1 - 0.9**10`` (restarted).
 
 Then, in this process, the model and optimizer are rebuilt under a 2-replica
-``MirroredStrategy``, ``ckpt-30`` is restored the way Model Garden's trainer does, and every
+``MirroredStrategy`` (for ResNet, from a 1-replica run), ``ckpt-30`` is restored the way Model Garden's trainer does, and every
 VRGD variable (``vrgd_*``), on every replica, equals the value stored in the checkpoint.
 """
 
@@ -90,7 +92,15 @@ class Run:
     """One tpu_scripts/train.py subprocess."""
 
     def __init__(
-        self, name, experiment, config, model_dir, overrides, steps, mode="train_and_eval"
+        self,
+        name,
+        experiment,
+        config,
+        model_dir,
+        overrides,
+        steps,
+        mode="train_and_eval",
+        replicas=2,
     ):
         self.name = name
         self.model_dir = model_dir
@@ -101,13 +111,14 @@ class Run:
             TRAIN_PY,
             f"--experiment={experiment}",
             f"--mode={mode}",
-            "--cpu_replicas=2",
+            f"--cpu_replicas={replicas}",
             f"--model_dir={model_dir}",
             f"--config_file={os.path.join(CPU_CONFIGS, config)}",
             f"--params_override={override}",
         ]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self.steps = steps
+        self.replicas = replicas
         self.start = time.time()
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -159,12 +170,15 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         cls.resnet_args = (
             "resnet",
             "vrgd_image_classification",
-            "tiny_resnet_digits_vrlars.yaml",
+            "tiny_resnet_digits_vrlars_1cpu_4groups.yaml",
             cls.resnet_dir,
             [overrides["digits"]] + RESNET_OVERRIDES,
         )
         # The two first runs in parallel, then the two restarts.
-        first = [Run(*cls.bert_args, FIRST_STEPS), Run(*cls.resnet_args, FIRST_STEPS)]
+        first = [
+            Run(*cls.bert_args, FIRST_STEPS),
+            Run(*cls.resnet_args, FIRST_STEPS, replicas=1),
+        ]
         cls.first = {r.name: r.wait() for r in first}
         cls.first_ckpt = {
             name: os.path.join(run.model_dir, f"ckpt-{FIRST_STEPS}")
@@ -206,8 +220,16 @@ class TrainPyEndToEndTest(tf.test.TestCase):
     def _check_first_run(self, name, accuracy_tag):
         run = self.first[name]
         self._assert_ok(run)
-        self.assertIn("CPU split into 2 logical devices", run.output)
-        self.assertRegex(run.output, r"MirroredStrategy with 2 replica\(s\) in sync")
+        if run.replicas == 2:
+            self.assertIn("CPU split into 2 logical devices", run.output)
+            self.assertRegex(run.output, r"MirroredStrategy with 2 replica\(s\) in sync")
+        else:  # one CPU device, 4 micro-batch groups: real VRGD, no warning
+            self.assertIn(
+                "1 replica(s) x 4 micro-batch groups: 4 GSNR samples per step", run.output
+            )
+            for warning in ("no gradient-noise estimate", "only one GSNR sample"):
+                self.assertNotIn(warning, run.output)
+            self.assertNotIn("no variable had a defined GSNR", run.output)
         # The loss falls.
         losses = read_scalars(os.path.join(run.model_dir, "train"), "training_loss")
         self.assertContainsSubset([10, 20, FIRST_STEPS], losses)
@@ -288,7 +310,7 @@ class TrainPyEndToEndTest(tf.test.TestCase):
         self._check_first_run("resnet", "accuracy")
         self._check_restore_in_process(
             "resnet",
-            "tiny_resnet_digits_vrlars.yaml",
+            "tiny_resnet_digits_vrlars_1cpu_4groups.yaml",
             "vrgd_image_classification",
             self.resnet_args[4],
         )

@@ -4,16 +4,12 @@
   the key;
 * ``VRGDTrainer`` in this process on a linear task: 1 replica x 4 groups, 2 x 2 and 4 x 1
   train the same weights, equal to the NumPy reference with k = 4; its refusals;
-* end to end: ``tpu_scripts/train.py --cpu_replicas=1`` with
-  ``official_configs/cpu/tiny_resnet_digits_vrlars_1cpu_4groups.yaml`` trains the tiny
-  ResNet on the real digits for 10 steps with a defined GSNR in the train summaries.
+* end to end, ``tpu_scripts/train.py --cpu_replicas=1`` with
+  ``official_configs/cpu/tiny_resnet_digits_vrlars_1cpu_4groups.yaml``, is the ResNet run
+  of ``test_model_garden_e2e.py``.
 """
 
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -21,7 +17,6 @@ import tf_keras
 from official.core import base_task, exp_factory
 from official.core import config_definitions as cfg
 from official.modeling import hyperparams
-from test_model_garden_e2e import read_scalars
 
 import vrgd_tf.model_garden  # noqa: F401  (registers the experiments)
 from vrgd_tf import tf_keras as vtk
@@ -29,13 +24,11 @@ from vrgd_tf.model_garden import configs as vconfigs
 from vrgd_tf.model_garden.trainer import VRGDTrainer
 
 import numpy_reference as ref
-import prepare_model_garden_data as prepare_data
 import util
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_CONFIGS = os.path.join(REPO, "official_configs", "cpu")
 YAML = os.path.join(CPU_CONFIGS, "tiny_resnet_digits_vrlars_1cpu_4groups.yaml")
-TRAIN_PY = os.path.join(REPO, "tpu_scripts", "train.py")
 
 K, N, STEPS = 4, 16, 3
 
@@ -235,62 +228,6 @@ class TrainerTest(tf.test.TestCase):
             r"times",
         ):
             trainer.train(tf.constant(1))
-
-
-class TrainPyTest(tf.test.TestCase):
-    """tpu_scripts/train.py on one CPU device with 4 groups: real VRGD, no warning."""
-
-    def test_one_cpu_four_groups_trains_with_defined_gsnr(self):
-        root = tempfile.mkdtemp(prefix="vrgd_mg_groups_")
-        self.addCleanup(shutil.rmtree, root, ignore_errors=True)
-        prepare_data.prepare_digits(os.path.join(root, "digits"))
-        model_dir = os.path.join(root, "run")
-        overrides = ",".join(
-            [
-                prepare_data.params_overrides(root)["digits"],
-                "trainer.train_steps=10",
-                "trainer.steps_per_loop=5",
-                "trainer.summary_interval=5",
-                "trainer.checkpoint_interval=10",
-                "trainer.optimizer_config.optimizer.vrgd_lars.statistics_interval=5",
-                "trainer.optimizer_config.learning_rate.polynomial.decay_steps=5",
-                "trainer.optimizer_config.learning_rate.polynomial.offset=5",
-                "trainer.optimizer_config.warmup.linear.warmup_steps=5",
-            ]
-        )
-        cmd = [
-            sys.executable,
-            TRAIN_PY,
-            "--experiment=vrgd_image_classification",
-            "--mode=train",
-            "--cpu_replicas=1",
-            f"--model_dir={model_dir}",
-            f"--config_file={YAML}",
-            f"--params_override={overrides}",
-        ]
-        proc = subprocess.run(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
-            timeout=300,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-        )
-        self.assertEqual(proc.returncode, 0, proc.stdout[-6000:])
-        self.assertIn("1 replica(s) x 4 micro-batch groups: 4 GSNR samples per step", proc.stdout)
-        self.assertNotIn("no gradient-noise estimate", proc.stdout)
-        self.assertNotIn("only one GSNR sample", proc.stdout)
-        self.assertNotIn("no variable had a defined GSNR", proc.stdout)
-        train_dir = os.path.join(model_dir, "train")
-        gsnr = read_scalars(train_dir, "vrgd/median/mean_gsnr")
-        self.assertEqual(sorted(gsnr), [5, 10])
-        self.assertGreater(min(gsnr.values()), 0.0)
-        self.assertBetween(read_scalars(train_dir, "vrgd/mean/frac_at_gamma")[10], 1e-6, 1.0)
-        loss = read_scalars(train_dir, "training_loss")
-        self.assertTrue(np.all(np.isfinite(list(loss.values()))), loss)
-        reader = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-10"))
-        self.assertEqual(reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"), 10)
 
 
 if __name__ == "__main__":
