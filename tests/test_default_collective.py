@@ -11,7 +11,9 @@ sections 2 and 4). The other tests use ``ReductionToOneDevice`` (``util.strategy
 which sums each tensor alone.
 
 The runs are in one subprocess (``default_collective_main.py``): the collective keys of
-several strategies in one process can clash.
+several strategies in one process can clash. The Keras 3 family runs every case; tf_keras
+the plain step and split_half with bfloat16 squares, in a custom loop and in ``fit`` (the
+collectives are shared; each case is a trace on 4 replicas: the suite's time).
 """
 
 import numpy as np
@@ -53,24 +55,24 @@ class DefaultCollectiveTest(tf.test.TestCase):
             self.assert_same_weights(family, "dense/vr_sgd_split", "dense/sgd")
 
     def test_adam_gamma_1_is_the_base_bit_for_bit_after_40_steps(self):
-        for family in self.families():
+        for family in self.families()[:1]:  # the Keras 3 family runs every case
             self.assert_same_weights(family, "vars40/vr_adam_split", "vars40/adam")
 
     def test_sparse_rows_beside_dense_gradients(self):
         # An IndexedSlices gradient (the exact rows path: an all-gather) between the two
         # dense ones: the dense sums and the rows are the base's.
-        for family in self.families():
+        for family in self.families()[:1]:  # the Keras 3 family runs every case
             self.assert_same_weights(family, "sparse/vr_sgd_split", "sparse/sgd")
             # int64 indices: the collective's all-gather gives them no static length.
             self.assert_same_weights(family, "sparse64/vr_sgd", "sparse64/sgd")
 
     def test_float64_variables(self):
-        for family in self.families():
+        for family in self.families()[:1]:  # the Keras 3 family runs every case
             self.assert_same_weights(family, "float64/vr_sgd_split", "float64/sgd")
 
     def test_split_half_leaves_the_weights_unchanged(self):
         # gamma=0.5: the factors act, and read the squares; the subsample changes neither.
-        for family in self.families():
+        for family in self.families()[:1]:  # the Keras 3 family runs every case
             self.assert_same_weights(family, "vars/vr_sgd_gamma_split", "vars/vr_sgd_gamma")
             got = self.weights(family, "vars/vr_sgd_gamma")
             base = self.weights(family, "vars/sgd")
