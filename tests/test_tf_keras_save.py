@@ -36,10 +36,12 @@ CASES = (
     ("lars", vtk.VRGDLars, dict(learning_rate=0.5, momentum=0.9, beta_3=0.5)),
     ("lamb", vtk.VRGDLamb, dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)),
 )
+# k = 1 (no strategy) for one optimizer of each state kind, SGD and LAMB; k = 2 for all
+# (each case is a SavedModel written and read twice: the suite's time).
 PARAMS = [
     dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
     for name, cls, kwargs in CASES
-    for k in (1, 2)
+    for k in ((1, 2) if name in ("sgd", "lamb") else (2,))
 ]
 # LossScaleOptimizer exposes the inner optimizer's slots as its own.
 PARAMS.append(

@@ -98,13 +98,6 @@ def _run(code):
     return out.stdout
 
 
-def test_import_vrgd_tf_imports_no_tensorflow():
-    code = (
-        "import sys, vrgd_tf; print(sorted(m for m in sys.modules if m.startswith('tensorflow')))"
-    )
-    assert _run(code).strip() == "[]"
-
-
 def test_vrgd_lamb_with_groups_trains_without_loading_tensorflow():
     lines = _run(TRAIN_VRGD_LAMB).splitlines()
     assert "after import: []" in lines, lines
