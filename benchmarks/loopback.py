@@ -21,7 +21,8 @@ two workers in lockstep; worker 0 reports. Variants (``variants.py``):
              float32 ``x*x`` and the count, 8 N bytes), update from the sum;
   sq_bf16    the same with the squares in bfloat16 (6 N bytes);
   vr_nostats the library's VR class with ``statistics_interval=0`` (no diagnostics);
-  vr         the library's VR class, defaults (diagnostics every step);
+  vr         the library's VR class, defaults but diagnostics every step
+             (``statistics_interval=1``);
   vr_bf16    the same with ``squares_dtype="bfloat16"``.
 
 Ratios within each repetition: ``vr / base`` (same model) and ``vr / base_2x`` (same bytes).

@@ -17,8 +17,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
                   variable in each call), the update from the plain sum;
   vr_nostats      the library's VR class with ``statistics_interval=0`` (no diagnostics):
                   VR minus ``sq`` is the element-wise GSNR math and the factor state;
-  vr              the library's VR class with its defaults (diagnostics every step,
-                  ``statistics_interval=1``): VR minus ``vr_nostats`` is the diagnostics;
+  vr              the library's VR class with its defaults but diagnostics every step
+                  (``statistics_interval=1``; the default records every 100 steps): VR
+                  minus ``vr_nostats`` is the diagnostics;
   vr_unpacked     ``vr`` with the aggregator's ``pack_limit=0``: every gradient its own
                   tensor and element-wise ops (VR minus ``vr_unpacked`` is what packing the
                   small variables saves; the values are the same bit for bit);
@@ -39,11 +40,11 @@ from vrgd_tf.gsnr import collectives, samples, sparse
 
 VARIANTS = ("base", "sq", "vr_nostats", "vr")
 VR_VARIANTS = {
-    "vr": {},
+    "vr": {"statistics_interval": 1},
     "vr_nostats": {"statistics_interval": 0},
-    "vr_bf16": {"squares_dtype": "bfloat16"},
+    "vr_bf16": {"statistics_interval": 1, "squares_dtype": "bfloat16"},
     "vr_nostats_bf16": {"statistics_interval": 0, "squares_dtype": "bfloat16"},
-    "vr_beta3_0": {"beta_3": 0.0},
+    "vr_beta3_0": {"statistics_interval": 1, "beta_3": 0.0},
     "vr_nostats_beta3_0": {"statistics_interval": 0, "beta_3": 0.0},
 }
 
