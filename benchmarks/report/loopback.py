@@ -29,7 +29,7 @@ def loopback_section(lb, lines, readme_lines=None):
         "sq_split": "X + float32 x and x*x in two all-reduce calls (8 N bytes)",
         "sq_bf16": "X + bfloat16 all-reduce of the squares (6 N bytes)",
         "vr_nostats": "VR-X, float32 squares, statistics_interval=0",
-        "vr": "VR-X, float32 squares (default)",
+        "vr": "VR-X, float32 squares, diagnostics every step",
         "vr_bf16": 'VR-X, `squares_dtype="bfloat16"`',
     }
     if lb and lb.get("timing"):
