@@ -14,6 +14,8 @@ steps, each a ``tf.function`` (graph mode, then ``jit_compile=True``):
          100) applying the same gradients as the sum of ``m = 4`` groups
          (``apply_grouped_gradients(..., sq_sums, num_groups=4)``, k = 4);
   vrgd_nostats  the same with ``statistics_interval=0`` (no recording branch);
+  vrgd_default  the same with the defaults (``statistics_interval=100``: the recording
+         branch is traced and taken on one call in 100);
   floor  the fused floor (issue 39): :func:`floor_step`, the same GSNR math as one minimal
          function per variable (reads ``S1``, ``S2`` and the deficit, one reduction, writes
          the deficit and ``f * S1``), no optimizer;
@@ -27,7 +29,8 @@ repetitions times all of them once (``--steps`` calls each), in an order rotated
 Reported per mode, from the medians and from the minima over the repetitions:
 ``lamb_passes = lamb / pass``, ``vrgd_passes = vrgd / pass`` and ``gsnr_passes =
 (vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24), the same without the
-recording branch (``gsnr_nostats_passes``), ``floor_passes = floor / pass`` and the stage
+recording branch (``gsnr_nostats_passes``) and with the defaults (``gsnr_default_passes``,
+issue 39's targets: at most 8 under XLA, 10 in graph mode, 0.75 of ``lamb_passes``), ``floor_passes = floor / pass`` and the stage
 prefixes' ``stage / pass`` (``stage_passes``). The numbers are of
 this machine and its load (2 cores shared with other work): read the ratios, not the times.
 At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL per mode, exit
@@ -68,14 +71,40 @@ BOUNDS = (
         "issue 19: the GSNR part of a VRGDLamb step at most 24 passes per element, in graph "
         "mode and under XLA",
     ),
+    bounds.Bound(
+        "gsnr_default_passes",
+        8.0,
+        "issue 39: the GSNR part of a VRGDLamb step with its defaults at most 8 passes "
+        "per element under XLA",
+        {"jit_compile": True},
+    ),
+    bounds.Bound(
+        "gsnr_default_passes",
+        10.0,
+        "issue 39: the GSNR part of a VRGDLamb step with its defaults at most 10 passes "
+        "per element in graph mode",
+        {"jit_compile": False},
+    ),
+    bounds.Bound(
+        "gsnr_default_over_lamb",
+        0.75,
+        "issue 39: the GSNR part of a VRGDLamb step with its defaults at most 0.75 of "
+        "LAMB's whole update, in both modes",
+    ),
 )
 
 
 def bound_measurements(rows):
-    """The rows of :func:`measure` as :mod:`bounds` measurements (min-based GSNR passes)."""
+    """The rows of :func:`measure` as :mod:`bounds` measurements (min-based GSNR passes,
+    every step recording and with the defaults, and the latter over LAMB's update)."""
     for row in rows:
         case = {"jit_compile": row["jit_compile"], "stat": "min"}
-        yield bounds.Measurement("gsnr_passes", case, row["min"]["gsnr_passes"])
+        m = row["min"]
+        yield bounds.Measurement("gsnr_passes", case, m["gsnr_passes"])
+        if "gsnr_default_passes" in m:  # rows recorded before issue 39 have none
+            yield bounds.Measurement("gsnr_default_passes", case, m["gsnr_default_passes"])
+            ratio = m["gsnr_default_passes"] / m["lamb_passes"]
+            yield bounds.Measurement("gsnr_default_over_lamb", case, ratio)
 
 
 def _variables(shapes):
@@ -219,12 +248,15 @@ def _steps(shapes, grads, squares, weights, jit_compile):
     # ``vrgd_nostats`` arm is then the closer measure of a default step).
     lamb, vrgd = vrgd_tf.Lamb(**kwargs), vrgd_tf.VRGDLamb(statistics_interval=1, **kwargs)
     nostats = vrgd_tf.VRGDLamb(statistics_interval=0, **kwargs)
+    default = vrgd_tf.VRGDLamb(**kwargs)
     lamb_w = [tf.Variable(w) for w in weights]
     vrgd_w = [tf.Variable(w) for w in weights]
     nostats_w = [tf.Variable(w) for w in weights]
+    default_w = [tf.Variable(w) for w in weights]
     lamb.build(lamb_w)
     vrgd.build(vrgd_w)
     nostats.build(nostats_w)
+    default.build(default_w)
     assert vrgd.beta_3 == 0.9 and vrgd.statistics_interval == 1 and vrgd.gamma == 0.1
     settings = VRGDSettings(beta_3=0.9)
     assert settings.gamma == vrgd.gamma
@@ -260,6 +292,13 @@ def _steps(shapes, grads, squares, weights, jit_compile):
             num_groups=NUM_GROUPS,
         )
 
+    def vr_default():
+        default.apply_grouped_gradients(
+            list(zip([g.read_value() for g in grads], default_w)),
+            [q.read_value() for q in squares],
+            num_groups=NUM_GROUPS,
+        )
+
     def floor():
         floor_step(grads, squares, floor_d, floor_c, floor_o, k, 0.1, 0.9, settings.rtol)
 
@@ -274,7 +313,8 @@ def _steps(shapes, grads, squares, weights, jit_compile):
 
         return fn
 
-    fns = {"pass": copy, "lamb": base, "vrgd": vr, "vrgd_nostats": vr_nostats, "floor": floor}
+    fns = {"pass": copy, "lamb": base, "vrgd": vr, "vrgd_nostats": vr_nostats}
+    fns.update({"vrgd_default": vr_default, "floor": floor})
     fns.update({f"stage_{s}": prefix(s) for s in STAGES + ("library",)})
     return {k: tf.function(f, jit_compile=jit_compile) for k, f in fns.items()}, vrgd
 
@@ -292,7 +332,7 @@ def _time(fn, steps, clock):
 
 
 def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
-    """Both modes' steps timed interleaved (one repetition times all six); one row per
+    """Both modes' steps timed interleaved (one repetition times each once); one row per
     mode with the median and minimum times (ms, of ``clock``) and the passes from each."""
     weights, grads, squares = _variables(shapes)
     fns, optimizers = {}, {}
@@ -318,6 +358,7 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
                 "vrgd_passes": t["vrgd"] / t["pass"],
                 "gsnr_passes": (t["vrgd"] - t["lamb"]) / t["pass"],
                 "gsnr_nostats_passes": (t["vrgd_nostats"] - t["lamb"]) / t["pass"],
+                "gsnr_default_passes": (t["vrgd_default"] - t["lamb"]) / t["pass"],
                 "floor_passes": t["floor"] / t["pass"],
                 "stage_passes": {s: t[f"stage_{s}"] / t["pass"] for s in STAGES + ("library",)},
             }
@@ -329,6 +370,7 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
             f"{med['lamb_passes']:.1f} passes, VRGD {med['vrgd_passes']:.1f}, GSNR part "
             f"{med['gsnr_passes']:.1f} (min-based {row['min']['gsnr_passes']:.1f}; mean factor "
             f"{row['mean_factor']:.3f}); without statistics {med['gsnr_nostats_passes']:.1f}; "
+            f"with the defaults {med['gsnr_default_passes']:.1f}; "
             f"fused floor {med['floor_passes']:.1f}; library stages (cumulative) "
             + ", ".join(f"{s} {v:.1f}" for s, v in med["stage_passes"].items())
         )

@@ -80,6 +80,33 @@ class RegisteredBoundsTest(tf.test.TestCase):
         )
         self.assertEqual({v.limit for v in verdicts}, {24.0})
 
+    def test_passes_bounds_the_defaults_at_issue_39s_targets(self):
+        """With the defaults: at most 8 passes under XLA, 10 in graph mode, and 0.75 of
+        LAMB's update in both; rows without the defaults' arm are bounded at 24 only."""
+        rows = [
+            {
+                "jit_compile": jit,
+                "min": {"gsnr_passes": 20.0, "gsnr_default_passes": d, "lamb_passes": 16.0},
+            }
+            for jit, d in ((False, 9.5), (True, 9.5))
+        ]
+        verdicts = bounds.evaluate(passes.BOUNDS, passes.bound_measurements(rows))
+        got = {(v.metric, v.case["jit_compile"]): (v.limit, v.passed) for v in verdicts}
+        self.assertEqual(
+            got,
+            {
+                ("gsnr_passes", False): (24.0, True),
+                ("gsnr_passes", True): (24.0, True),
+                ("gsnr_default_passes", False): (10.0, True),
+                ("gsnr_default_passes", True): (8.0, False),
+                ("gsnr_default_over_lamb", False): (0.75, True),
+                ("gsnr_default_over_lamb", True): (0.75, True),
+            },
+        )
+        old = [{"jit_compile": True, "min": {"gsnr_passes": 20.0}}]
+        verdicts = bounds.evaluate(passes.BOUNDS, passes.bound_measurements(old))
+        self.assertEqual([v.metric for v in verdicts], ["gsnr_passes"])
+
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [
             {"beta_3": b3, "diagnostics": d, "inter_op_threads": t, "tensors": 20.0}
