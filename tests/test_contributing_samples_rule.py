@@ -117,6 +117,30 @@ def shards(seed, k=4, scale=1.0):
     return init, grads
 
 
+class NonzeroTest(tf.test.TestCase):
+    def test_each_dtype_is_compared_in_itself(self):
+        """The inferred count's test: a float64 value of 1e-300 (0 in float32) is nonzero,
+        and so are NaN, Inf and a bfloat16 value; zeros are not; under XLA too."""
+        from vrgd_tf.gsnr import samples
+
+        def cases():
+            zeros = [tf.zeros([3], tf.float64), tf.zeros([2, 2])]
+            tiny = tf.constant([0.0, 1e-300, 0.0], tf.float64)
+            return [
+                ("zeros", zeros, False),
+                ("float64 1e-300", [tiny, tf.zeros([2, 2])], True),
+                ("NaN", [tf.zeros([3], tf.float64), tf.constant([[0.0, np.nan]] * 2)], True),
+                ("Inf", [tf.constant([np.inf], tf.float16)], True),
+                ("bfloat16", [tf.constant([0.0, -1e-30], tf.bfloat16)], True),
+            ]
+
+        for jit in (False, True):
+            for name, values, want in cases():
+                for fn in (samples.nonzero_or_nan, samples.any_nonzero):
+                    got = tf.function(lambda v=values, f=fn: f(v), jit_compile=jit)()
+                    self.assertEqual(bool(got), want, f"{name}, {fn.__name__}, jit {jit}")
+
+
 class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     """The count a custom loop passes (``num_contributing=``), and the inferred one."""
 

@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from vrgd_tf import common, keras_internals
+from vrgd_tf.gsnr import samples as samples_lib
 from vrgd_tf.optimizers import vr as _vr
 
 __all__ = [
@@ -463,7 +464,7 @@ def _stray(pairs) -> tf.Tensor:
     ]
     if not values:
         return tf.constant(False)
-    return tf.reduce_any(tf.stack([tf.reduce_any(tf.not_equal(t, 0)) for t in values]))
+    return samples_lib.nonzero_or_nan(values)
 
 
 def _num_contributing(contributes, strays) -> tf.Tensor:

@@ -29,7 +29,15 @@ import tensorflow as tf
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import packing, sparse
 
-__all__ = ["GroupSquares", "Local", "Summed", "any_nonzero", "local_samples", "assemble"]
+__all__ = [
+    "GroupSquares",
+    "Local",
+    "Summed",
+    "any_nonzero",
+    "nonzero_or_nan",
+    "local_samples",
+    "assemble",
+]
 
 
 class GroupSquares(NamedTuple):
@@ -133,14 +141,20 @@ def _dense_float32(grad, entry) -> tf.Tensor:
 _FIRST_SHARE = 1.0 / 16.0
 
 
-def _positive_or_nan(tensors) -> tf.Tensor:
-    # The sums of the magnitudes: > 0 exactly where some value is nonzero (a sum of
-    # magnitudes that overflows is Inf, still > 0), and NaN where one is (a non-finite
-    # gradient counts, so such a step keeps its k and is only told apart by its non-finite
-    # sums). Not the max: XLA's CPU max drops NaN, and grappler and XLA rewrite
-    # "not <= 0" into "> 0".
-    sums = tf.stack([tf.cast(tf.reduce_sum(tf.abs(t)), tf.float32) for t in tensors])
-    return tf.reduce_any((sums > 0.0) | tf.math.is_nan(sums))
+def nonzero_or_nan(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+    """Scalar bool: some element of ``tensors`` (a non-empty list of float tensors, any
+    shapes) is nonzero or NaN, every tensor read whole (:func:`any_nonzero` reads the
+    smallest first)."""
+    # The sums of the magnitudes, each compared in its own dtype (a float64 1e-300 is 0 in
+    # float32): > 0 exactly where some value is nonzero (a sum that overflows is Inf, still
+    # > 0), and NaN where one is (a non-finite gradient counts, so such a step keeps its k
+    # and is only told apart by its non-finite sums). Not the max: XLA's CPU max drops NaN,
+    # and grappler and XLA rewrite "not <= 0" into "> 0".
+    flags = []
+    for t in tensors:
+        total = tf.reduce_sum(tf.abs(t))
+        flags.append((total > 0) | tf.math.is_nan(total))
+    return tf.reduce_any(tf.stack(flags))
 
 
 def any_nonzero(values: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -154,17 +168,15 @@ def any_nonzero(values: Sequence[tf.Tensor]) -> tf.Tensor:
     with examples then reads about a sixteenth of its gradients here instead of all of them
     (a memory read of every variable's size saved per step), with the same answer.
     """
-    squares = sorted((q for q in values if q.shape.num_elements()), key=_num_elements)
-    if not squares:
+    tensors = sorted((t for t in values if t.shape.num_elements()), key=_num_elements)
+    if not tensors:
         return tf.constant(False)
-    sizes = list(itertools.accumulate(_num_elements(q) for q in squares))
+    sizes = list(itertools.accumulate(_num_elements(t) for t in tensors))
     first = max(1, sum(1 for n in sizes if n <= _FIRST_SHARE * sizes[-1]))
-    head, rest = squares[:first], squares[first:]
+    head, rest = tensors[:first], tensors[first:]
     if not rest:
-        return _positive_or_nan(head)
-    return tf.cond(
-        _positive_or_nan(head), lambda: tf.constant(True), lambda: _positive_or_nan(rest)
-    )
+        return nonzero_or_nan(head)
+    return tf.cond(nonzero_or_nan(head), lambda: tf.constant(True), lambda: nonzero_or_nan(rest))
 
 
 def _num_elements(tensor) -> int:
