@@ -414,6 +414,7 @@ def _outputs(layout, summed, applied) -> List:
     return out
 
 
+@tf.autograph.experimental.do_not_convert  # as GSNRAggregator.__call__: run as written
 def variance_reduce(
     grads: Sequence,
     variables: Sequence,
