@@ -3,11 +3,14 @@
 AutoGraph converts, statement by statement, whatever Python a ``tf.function`` calls, unless it
 belongs to a package it leaves alone (TensorFlow, Keras, tf_keras). The entry points a custom
 loop or Model Garden's trainer calls (``optimizer.apply``, tf_keras ``apply_gradients``, the
-aggregator, ``variance_reduce``, ``apply_grouped_gradients``) were converted, and with them
-the ``logging`` module behind a warning issued while tracing: in a long test process such a
-trace took 95-116 s instead of 2 s. A probe sees the difference: code that AutoGraph
-converted runs from a generated file, not from the file it was written in. Each case fails
-without ``vrgd_tf.entry.graph_entry``.
+aggregator, ``variance_reduce``, ``apply_grouped_gradients``) could be converted, and with
+them the ``logging`` module behind a warning issued while tracing (a stack dump of a test
+that took 100 s instead of 2 s was in that conversion). A probe sees the difference: code
+that AutoGraph converted runs from a generated file, not from the file it was written in.
+The aggregator, ``variance_reduce`` and warning cases fail without the
+``tf.autograph.experimental.do_not_convert`` on ``GSNRAggregator.__call__`` and
+``variance_reduce``; the optimizers' cases guard entry points that hand over to Keras' and
+tf_keras' own (unconverted) code.
 """
 
 import logging

@@ -157,9 +157,10 @@ class GSNRAggregator(tf.Module):
     def built(self) -> bool:
         return self.state is not None
 
-    # AutoGraph calls this as written (no conversion of the GSNR step, or of the logging
-    # behind a warning issued while tracing, when a custom loop's tf.function calls it: it
-    # once made such a trace take 100 s); nothing here branches on tensors in Python.
+    # AutoGraph calls this as written, as it calls TensorFlow and Keras: otherwise a custom
+    # loop's tf.function converts the whole GSNR step, statement by statement, and the
+    # logging module behind a warning issued while tracing. Nothing here branches on
+    # tensors in Python.
     @tf.autograph.experimental.do_not_convert
     def __call__(
         self,

@@ -462,8 +462,6 @@ def _stray(pairs) -> tf.Tensor:
         for g, v in pairs
         if g is not None and not overwrites_with_gradient(v)
     ]
-    if not values:
-        return tf.constant(False)
     return samples_lib.nonzero_or_nan(values)
 
 

@@ -142,9 +142,18 @@ _FIRST_SHARE = 1.0 / 16.0
 
 
 def nonzero_or_nan(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
-    """Scalar bool: some element of ``tensors`` (a non-empty list of float tensors, any
-    shapes) is nonzero or NaN, every tensor read whole (:func:`any_nonzero` reads the
-    smallest first)."""
+    """Whether some element of ``tensors`` is nonzero or NaN (``docs/spec.md`` section 1:
+    the inferred test of a contributing sample).
+
+    Args:
+      tensors: a list of float tensors (any dtypes and shapes), each read whole and
+        compared in its own dtype (:func:`any_nonzero` reads the smallest first).
+
+    Returns:
+      A scalar bool tensor; True also where a value is +-Inf, False for an empty list.
+    """
+    if not tensors:
+        return tf.constant(False)
     # The sums of the magnitudes, each compared in its own dtype (a float64 1e-300 is 0 in
     # float32): > 0 exactly where some value is nonzero (a sum that overflows is Inf, still
     # > 0), and NaN where one is (a non-finite gradient counts, so such a step keeps its k
