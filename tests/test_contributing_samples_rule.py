@@ -366,6 +366,7 @@ class ModelGardenTest(tf.test.TestCase):
             )
         with capture_logs() as logs:
             trainer.train(tf.constant(1))
+        util.release_iterator(trainer)
         self.assertEqual(messages(logs, LEFT_OUT), [])
         err = (x @ w0 - y).reshape(4, 4, 3)  # zero bias at the first step
         samples = np.einsum("qbi,qbo->qio", x.reshape(4, 4, 4), err)

@@ -149,6 +149,7 @@ class TrainerTest(tf.test.TestCase):
             )
             self.assertEqual(trainer.vrgd_micro_batches, K // replicas)
             logs = trainer.train(tf.constant(STEPS))
+            util.release_iterator(trainer)
             self.assertEqual(int(trainer.global_step.numpy()), STEPS)
             self.assertGreater(logs["vrgd/median/mean_gsnr"], 0.0)
             results[replicas] = (
@@ -228,6 +229,22 @@ class TrainerTest(tf.test.TestCase):
             r"times",
         ):
             trainer.train(tf.constant(1))
+        util.release_iterator(trainer)
+
+    def test_release_iterator_frees_it_at_once(self):
+        """util.release_iterator frees the trainer's iterator without a garbage collection
+        (without it the trainer's reference cycles keep it until one, see its docstring)."""
+        import weakref
+
+        trainer, _ = make_trainer(2, 2, lambda: vtk.VRGDSGD(0.1, statistics_interval=1))
+        trainer.train(tf.constant(1))
+        iterator = weakref.ref(trainer._train_iter)  # read only, to watch it
+        self.assertIsNotNone(iterator())
+        util.release_iterator(trainer)
+        self.assertIsNone(iterator())
+        trainer.train(tf.constant(1))  # a new iterator over the same dataset
+        self.assertEqual(int(trainer.global_step.numpy()), 2)
+        util.release_iterator(trainer)
 
 
 if __name__ == "__main__":

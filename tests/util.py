@@ -24,6 +24,22 @@ def strategy_for(k):
     return devices.cpu_strategy(k, argument="k")
 
 
+def release_iterator(trainer):
+    """Drops an orbit trainer's dataset iterator now, while it is young.
+
+    Destroying a ``tf.data`` iterator can wait for its autotuning thread's next wake-up, and
+    that thread sleeps longer the older the iterator is (up to 60 s; TensorFlow 2.20). A
+    Model Garden trainer lives in reference cycles, so without this its iterator is freed
+    by a later garbage collection, old, inside whichever test triggers it: such a
+    collection stalled a test of another file for 55-160 s in the suite's runs. Orbit's
+    public ``train_dataset`` setter discards the iterator (``_train_iter``); the dataset is
+    set back (``tf.Module`` ignores assigning an attribute its own value).
+    """
+    dataset = trainer.train_dataset
+    trainer.train_dataset = None
+    trainer.train_dataset = dataset
+
+
 def replica_values(var):
     """Numpy copies of every replica's component of a (possibly Keras-wrapped) variable."""
     import keras
