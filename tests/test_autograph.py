@@ -9,12 +9,14 @@ that took 100 s instead of 2 s was in that conversion). A probe sees the differe
 that AutoGraph converted runs from a generated file, not from the file it was written in.
 The aggregator, ``variance_reduce`` and warning cases fail without the
 ``tf.autograph.experimental.do_not_convert`` on ``GSNRAggregator.__call__`` and
-``variance_reduce``; the optimizers' cases guard entry points that hand over to Keras' and
-tf_keras' own (unconverted) code.
+``variance_reduce``; the optimizers' cases fail without it on Keras 3 ``apply``, tf_keras
+``apply_gradients`` and ``apply_grouped_gradients`` (they hand over to Keras' and tf_keras'
+own, unconverted, code, but their own lines were converted).
 """
 
 import logging
 import sys
+import traceback
 
 import keras
 import numpy as np
@@ -33,9 +35,13 @@ class Probe:
 
     def __init__(self):
         self.files = []
+        self.converted = set()  # the converted functions on the stack (AutoGraph's tf__ names)
 
     def transform(self, factor, context):
         self.files.append(sys._getframe().f_code.co_filename)
+        self.converted.update(
+            f.name for f in traceback.extract_stack() if "__autograph_generated" in f.filename
+        )
         return factor
 
     def handler(self):
@@ -74,6 +80,10 @@ class EntryPointsTest(tf.test.TestCase):
     def assert_as_written(self, probe):
         self.assertNotEmpty(probe.files)
         self.assertEqual(set(probe.files), {THIS_FILE})
+        # Only this file's functions (the step and its call) are converted, not the
+        # optimizers' entry points between them and the probe.
+        entry_points = {"tf__apply", "tf__apply_gradients", "tf__apply_grouped_gradients"}
+        self.assertEmpty(probe.converted & entry_points, probe.converted)
 
     def test_keras3_apply_and_apply_gradients(self):
         for method in ("apply", "apply_gradients"):

@@ -355,6 +355,9 @@ class VRGDCommon:
             ]
         return list(zip(reduced, [v for _, v in pairs]))
 
+    # As written under AutoGraph, as the base's apply_gradients is (see
+    # GSNRAggregator.__call__).
+    @tf.autograph.experimental.do_not_convert
     def apply_grouped_gradients(
         self, grads_and_vars, sq_sums: Sequence, num_groups: int, *, num_contributing=None
     ):

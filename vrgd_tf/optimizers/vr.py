@@ -106,6 +106,8 @@ class _KerasVRGDMixin(common.VRGDCommon):
         self._track_variable(variable)
         return variable
 
+    # As written under AutoGraph, as Keras' own methods are (see GSNRAggregator.__call__).
+    @tf.autograph.experimental.do_not_convert
     def apply(self, grads, trainable_variables=None):
         self._vrgd_hook_called = False
         result = super().apply(grads, trainable_variables)

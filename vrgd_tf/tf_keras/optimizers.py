@@ -197,6 +197,8 @@ class _TfKerasVRGDMixin(_VRGDSlotsMixin, common.VRGDCommon):
             object.__setattr__(self, "_vrgd_sums", sums)
         return sums
 
+    # As written under AutoGraph, as tf_keras' own methods are (see GSNRAggregator.__call__).
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
         """``OptimizerV2.apply_gradients``; refuses to skip the VRGD aggregation.
 
