@@ -30,8 +30,8 @@ def release_iterator(trainer):
     Destroying a ``tf.data`` iterator can wait for its autotuning thread's next wake-up, and
     that thread sleeps longer the older the iterator is (up to 60 s; TensorFlow 2.20). A
     Model Garden trainer lives in reference cycles, so without this its iterator is freed
-    by a later garbage collection, old, inside whichever test triggers it: such a
-    collection stalled a test of another file for 55-160 s in the suite's runs. Orbit's
+    by a later garbage collection, old, inside whichever test triggers it: such
+    collections took 55-98 s in the suite's runs (gdb stacks in the destructor). Orbit's
     public ``train_dataset`` setter discards the iterator (``_train_iter``); the dataset is
     set back (``tf.Module`` ignores assigning an attribute its own value).
     """
