@@ -82,11 +82,14 @@ class Trainer:
         ]
 
 
-class SameWeightsTest(tf.test.TestCase, parameterized.TestCase):
-    @parameterized.parameters((1, 0.0), (3, 0.9))
-    def test_split_half_changes_no_weight(self, interval, beta_3):
-        """Four steps (interval 3: one recording step among non-recording ones): after each
-        step the weights and the recorded diagnostics are equal bit for bit."""
+class SameWeightsTest(tf.test.TestCase):
+    def test_split_half_changes_no_weight(self):
+        """Four steps at interval 3 (recording steps among non-recording ones), beta_3 = 0.9:
+        after each step the weights and the recorded diagnostics are equal bit for bit.
+        (Interval 1 with beta_3 = 0, every step recording: the weights bit for bit in
+        test_default_collective.test_split_half_leaves_the_weights_unchanged, VRGDSGD on 4
+        replicas; a second pair of traces here took the suite 6 s, issue 36.)"""
+        interval, beta_3 = 3, 0.9
         strategy = util.strategy_for(4)  # 8 replicas took the suite 3 minutes
         keras.utils.set_random_seed(0)
         weights = tiny_model().get_weights()
