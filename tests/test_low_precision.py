@@ -225,14 +225,18 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             to_float(v), np.full(4, 0.99), rtol=0, atol=half_spacing_below_one + 1e-4
         )
 
-    @parameterized.product(
-        family_name=[
+    @parameterized.parameters(
+        (family_name, dtype)
+        for family_name in (
             ("keras", "VRGDSGD"),
             ("keras", "VRGDLamb"),
             ("keras", "VRGDLars"),
             ("tf_keras", "VRGDSGD"),
-        ],
-        dtype=LOW,
+        )
+        for dtype in LOW
+        # VRGDSGD in float16 on two replicas, both families, factors at gamma:
+        # test_float16_squares_that_overflow_stay_finite (the suite's time, issue 36).
+        if (family_name[1], dtype) != ("VRGDSGD", "float16")
     )
     def test_gsnr_with_low_precision_gradients_on_two_replicas(self, family_name, dtype):
         """The GSNR step computes in float32 and casts back: finite, same as float32, and
