@@ -9,6 +9,9 @@ the output untouched, after ``tf.identity``, ``* 1.0``, a cast to float16 and ba
 then Keras 3 ``apply`` / ``apply_gradients``, tf_keras ``apply_gradients`` with its default
 aggregation, with and without ``vrgd_tf.tf_keras`` imported. The reference is the NumPy
 reference's variance-reduced sum (``numpy_reference.gsnr_factor``) applied once by SGD.
+Paths that differ only in what is done to a share (the transforms, the clips) run in one
+step, each on its own variable (the factor is each variable's own: the suite's time, issue
+36).
 """
 
 import os
@@ -47,42 +50,48 @@ def clip_np(x, c):
     return x * min(1.0, c / norm)
 
 
-def one_step(make_optimizer, replica_step, *, legacy=False, replicas=R, also_build=()):
+def one_step(make_optimizer, replica_step, *, legacy=False, replicas=R, also_build=(), count=None):
     """One training step on ``replicas`` replicas: replica i's loss is ``sum(w * GRADS[i])``;
     ``replica_step(aggregator, optimizer, w, x)`` runs in the replica context (inside
     ``strategy.run`` in a ``tf.function``). ``also_build``: more aggregators to build on
-    ``w`` in the strategy scope. Returns ``(w after the step, aggregator)``."""
+    ``w`` in the strategy scope. ``count``: that many variables ``w`` (each ``INIT``, the
+    loss their sum), handed to ``replica_step`` as a list. Returns ``(w after the step,
+    aggregator)``, ``w`` a list with ``count``."""
     strategy = util.strategy_for(replicas)
+    names = ["w"] if count is None else [f"w{i}" for i in range(count)]
     with strategy.scope():
-        w = (tf.Variable if legacy else keras.Variable)(INIT, name="w")
+        ws = [(tf.Variable if legacy else keras.Variable)(INIT, name=n) for n in names]
         aggregator = vrgd_tf.GSNRAggregator(gamma=GAMMA, statistics_interval=1)
-        aggregator.build([w])
+        aggregator.build(ws)
         for other in also_build:
-            other.build([w])
+            other.build(ws)
         optimizer = make_optimizer()
         if not legacy:
-            optimizer.build([w])
+            optimizer.build(ws)
     grads = tf.constant(GRADS[:replicas])
 
     @tf.function
     def step():
         def fn():
             x = tf.gather(grads, tf.distribute.get_replica_context().replica_id_in_sync_group)
-            replica_step(aggregator, optimizer, w, x)
+            replica_step(aggregator, optimizer, ws[0] if count is None else ws, x)
 
         strategy.run(fn)
 
     step()
-    return np.array(w.numpy()), aggregator
+    values = [np.array(w.numpy()) for w in ws]
+    return (values[0] if count is None else values), aggregator
 
 
 def local_gradient(w, x, scale=None):
-    """This replica's gradient of ``sum(w * x)`` (times ``scale(loss)``'s factor), by tape."""
+    """This replica's gradient of ``sum(w * x)`` (times ``scale(loss)``'s factor), by tape;
+    ``w`` a variable or a list (the loss summed over them: each one's gradient is ``x``)."""
+    ws = w if isinstance(w, list) else [w]
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(w * x)
+        loss = tf.add_n([tf.reduce_sum(v * x) for v in ws])
         if scale is not None:
             loss = scale(loss)
-    return tape.gradient(loss, [w])
+    return tape.gradient(loss, ws)
 
 
 #: Steps a custom loop takes between the aggregator and the optimizer (inactive clipping).
@@ -99,12 +108,20 @@ TRANSFORMS = {
 RTOL = {"cast_float16": 1e-3}
 
 
-def keras3_apply(optimizer, grads, w):
-    optimizer.apply(grads, [w])
+#: Clips of a share at a threshold: ``(clip in TensorFlow, the same in NumPy)``.
+CLIPS = {
+    "clip_by_global_norm": (lambda g, c: tf.clip_by_global_norm([g], c)[0][0], clip_np),
+    "clip_by_norm": (tf.clip_by_norm, clip_np),
+    "clip_by_value": (lambda g, c: tf.clip_by_value(g, -c, c), lambda x, c: x.clip(-c, c)),
+}
 
 
-def keras3_apply_gradients(optimizer, grads, w):
-    optimizer.apply_gradients(zip(grads, [w]))
+def keras3_apply(optimizer, grads, ws):
+    optimizer.apply(grads, ws)
+
+
+def keras3_apply_gradients(optimizer, grads, ws):
+    optimizer.apply_gradients(zip(grads, ws))
 
 
 class ContractTest(tf.test.TestCase, parameterized.TestCase):
@@ -117,26 +134,22 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
         )
 
     @parameterized.named_parameters(
-        *[
-            (f"{transform}_{name}", transform, apply)
-            for transform in sorted(TRANSFORMS)
-            for name, apply in (
-                ("apply", keras3_apply),
-                ("apply_gradients", keras3_apply_gradients),
-            )
-        ]
+        ("apply", keras3_apply), ("apply_gradients", keras3_apply_gradients)
     )
-    def test_keras3_optimizer(self, transform, apply):
-        """Keras 3 SGD ``apply`` / ``apply_gradients`` of the output, after each transform:
-        the variance-reduced sum applied once (main: refused untouched, 4x otherwise)."""
-        fn = TRANSFORMS[transform]
+    def test_keras3_optimizer(self, apply):
+        """Keras 3 SGD ``apply`` / ``apply_gradients`` of the output, after each transform
+        (one variable each, one step): the variance-reduced sum applied once (main: refused
+        untouched, 4x otherwise)."""
+        transforms = sorted(TRANSFORMS)
 
-        def replica_step(aggregator, optimizer, w, x):
-            shares = aggregator(local_gradient(w, x), [w])
-            apply(optimizer, [fn(g) for g in shares], w)
+        def replica_step(aggregator, optimizer, ws, x):
+            shares = aggregator(local_gradient(ws, x), ws)
+            apply(optimizer, [TRANSFORMS[t](g) for t, g in zip(transforms, shares)], ws)
 
-        w, _ = one_step(lambda: keras.optimizers.SGD(LR), replica_step)
-        self.assert_step(w, WEIGHTED_SUM, rtol=RTOL.get(transform, 1e-5))
+        ws, _ = one_step(lambda: keras.optimizers.SGD(LR), replica_step, count=len(transforms))
+        for transform, w in zip(transforms, ws):
+            with self.subTest(transform=transform):
+                self.assert_step(w, WEIGHTED_SUM, rtol=RTOL.get(transform, 1e-5))
 
     def test_keras3_loss_scale_optimizer(self):
         """Keras 3 mixed-precision custom loop: ``scale_loss``, the aggregator on the scaled
@@ -152,26 +165,25 @@ class ContractTest(tf.test.TestCase, parameterized.TestCase):
         )
         self.assert_step(w, WEIGHTED_SUM)
 
-    @parameterized.named_parameters(
-        ("clip_by_global_norm", lambda g, c: tf.clip_by_global_norm([g], c)[0][0], clip_np),
-        ("clip_by_norm", tf.clip_by_norm, clip_np),
-        ("clip_by_value", lambda g, c: tf.clip_by_value(g, -c, c), lambda x, c: x.clip(-c, c)),
-    )
-    def test_clipping_a_share_clips_the_sum_at_r_times_c(self, clip, reference):
+    def test_clipping_a_share_clips_the_sum_at_r_times_c(self):
         """Clipping a share at ``c`` is clipping the sum at ``R * c`` (never further than the
-        unclipped step); clipping the shares at ``c / R`` clips the sum at ``c``."""
+        unclipped step); clipping the shares at ``c / R`` clips the sum at ``c``. Each clip
+        at each threshold on its own variable, in one step."""
         c = 0.3
-        for threshold, want in ((c, reference(WEIGHTED_SUM, R * c)), (c / R, None)):
+        cases = [(name, threshold) for name in sorted(CLIPS) for threshold in (c, c / R)]
 
-            def replica_step(aggregator, optimizer, w, x, threshold=threshold):
-                shares = aggregator(local_gradient(w, x), [w])
-                optimizer.apply_gradients([(clip(shares[0], threshold), w)])
+        def replica_step(aggregator, optimizer, ws, x):
+            shares = aggregator(local_gradient(ws, x), ws)
+            clipped = [CLIPS[name][0](g, t) for (name, t), g in zip(cases, shares)]
+            optimizer.apply_gradients(zip(clipped, ws))
 
-            w, _ = one_step(lambda: keras.optimizers.SGD(LR), replica_step)
-            self.assert_step(w, reference(WEIGHTED_SUM, R * threshold) if want is None else want)
-            self.assertLessEqual(
-                np.linalg.norm(INIT - w), np.linalg.norm(LR * WEIGHTED_SUM) * (1 + 1e-6)
-            )
+        ws, _ = one_step(lambda: keras.optimizers.SGD(LR), replica_step, count=len(cases))
+        for (name, threshold), w in zip(cases, ws):
+            with self.subTest(clip=name, threshold=threshold):
+                self.assert_step(w, CLIPS[name][1](WEIGHTED_SUM, R * threshold))
+                self.assertLessEqual(
+                    np.linalg.norm(INIT - w), np.linalg.norm(LR * WEIGHTED_SUM) * (1 + 1e-6)
+                )
 
     def test_keras3_global_clipnorm_clips_the_sum_at_r_times_c(self):
         """A Keras 3 optimizer clips before its all-reduce, so its ``global_clipnorm`` acts
@@ -237,23 +249,30 @@ class TfKerasContractTest(tf.test.TestCase, parameterized.TestCase):
     def assert_step(self, w, update, rtol=1e-5):
         ContractTest.assert_step(self, w, update, rtol)
 
-    @parameterized.named_parameters(*[(name, name) for name in sorted(TRANSFORMS)])
-    def test_default_apply_gradients(self, transform):
+    def test_default_apply_gradients(self):
         """tf_keras SGD's default ``apply_gradients`` (it all-reduces) of the output after
-        each transform, with ``vrgd_tf.tf_keras`` imported (main: refused untouched, 4x
-        otherwise)."""
+        each transform (one variable each, one step), with ``vrgd_tf.tf_keras`` imported
+        (main: refused untouched, 4x otherwise)."""
         import tf_keras
 
         import vrgd_tf.tf_keras  # noqa: F401
 
-        fn = TRANSFORMS[transform]
+        transforms = sorted(TRANSFORMS)
 
-        def replica_step(aggregator, optimizer, w, x):
-            shares = aggregator(local_gradient(w, x), [w])
-            optimizer.apply_gradients([(fn(shares[0]), w)])
+        def replica_step(aggregator, optimizer, ws, x):
+            shares = aggregator(local_gradient(ws, x), ws)
+            transformed = [TRANSFORMS[t](g) for t, g in zip(transforms, shares)]
+            optimizer.apply_gradients(zip(transformed, ws))
 
-        w, _ = one_step(lambda: tf_keras.optimizers.legacy.SGD(LR), replica_step, legacy=True)
-        self.assert_step(w, WEIGHTED_SUM, rtol=RTOL.get(transform, 1e-5))
+        ws, _ = one_step(
+            lambda: tf_keras.optimizers.legacy.SGD(LR),
+            replica_step,
+            legacy=True,
+            count=len(transforms),
+        )
+        for transform, w in zip(transforms, ws):
+            with self.subTest(transform=transform):
+                self.assert_step(w, WEIGHTED_SUM, rtol=RTOL.get(transform, 1e-5))
 
     def test_loss_scale_optimizer_unscaling(self):
         """tf_keras mixed-precision custom loop: ``get_scaled_loss``, the aggregator,
