@@ -145,9 +145,12 @@ class DefaultTest(tf.test.TestCase, parameterized.TestCase):
 
 class ReferenceTest(tf.test.TestCase, parameterized.TestCase):
     """SGD (no momentum: the weights are linear in the factors, so the bound is exact to
-    first order) with ``beta_3 = 0.9`` for 5 steps, on 2 and 4 replicas."""
+    first order) with ``beta_3 = 0.9`` for 5 steps, on 4 replicas (Keras 3) and 2 (tf_keras).
 
-    @parameterized.named_parameters((f"_{fam}_k{k}", fam, k) for fam in FAMILIES for k in (2, 4))
+    Each family on one replica count, each count once: neither the bound nor the rounding
+    depends on the pairing (the suite's time, issue 36)."""
+
+    @parameterized.named_parameters((f"_{fam}_k{k}", fam, k) for fam, k in zip(FAMILIES, (4, 2)))
     def test_weights_match_the_reference_at_the_bfloat16_bound_only(self, fam, k):
         init, grads, variables, opt = train(
             self, fam, "sgd", k, seed=k, beta_3=BETA_3, state_dtype=BF16
@@ -322,8 +325,9 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
 
 class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     def _resume(self, fam, build_first):
-        """3 steps, a checkpoint, a fresh optimizer (built or not) restored from it, 2 more
-        steps; against 5 steps straight."""
+        """3 steps, a checkpoint, a fresh optimizer restored from it (built first, or not:
+        each value of ``build_first`` in turn, from the same checkpoint), 2 more steps;
+        against 5 steps straight."""
         classes, make_variable = family(self, fam)
         make_variable = make_variable or (lambda n, v: keras.Variable(v, name=n))
         make = lambda: classes["lamb"](learning_rate=0.01, gamma=GAMMA, state_dtype=BF16)  # noqa: E731
@@ -338,34 +342,36 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
             os.path.join(tempfile.mkdtemp(), "ckpt")
         )
         saved = [copies(d) for d in opt.vrgd_aggregator.state.deficits]
-        with strategy.scope():
-            fresh = {n: make_variable(n, np.zeros_like(v)) for n, v in init.items()}
-            opt2 = make()
-            if build_first and fam == "keras3":
-                opt2.build(list(fresh.values()))
-            elif build_first:  # tf_keras: slots made by building, then restored
-                opt2._create_all_weights(list(fresh.values()))
-        tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path).assert_existing_objects_matched()
-        rest = {n: g[3:] for n, g in grads.items()}
-        resumed, _ = util.run_custom_loop(
-            strategy, lambda: opt2, {n: init[n] for n in fresh}, rest, existing=fresh
-        )
-        restored = opt2.vrgd_aggregator.state.deficits
-        self.assertLen(restored, len(saved))
-        for d in restored:
-            self.assertEqual(tf.as_dtype(d.dtype), tf.bfloat16)
-        for n in init:
-            np.testing.assert_array_equal(resumed[n].numpy(), straight[n].numpy(), err_msg=n)
-        return saved, opt2
+        for built in build_first:
+            with strategy.scope():
+                fresh = {n: make_variable(n, np.zeros_like(v)) for n, v in init.items()}
+                opt2 = make()
+                if built and fam == "keras3":
+                    opt2.build(list(fresh.values()))
+                elif built:  # tf_keras: slots made by building, then restored
+                    opt2._create_all_weights(list(fresh.values()))
+            status = tf.train.Checkpoint(optimizer=opt2, **fresh).restore(path)
+            status.assert_existing_objects_matched()
+            rest = {n: g[3:] for n, g in grads.items()}
+            resumed, _ = util.run_custom_loop(
+                strategy, lambda: opt2, {n: init[n] for n in fresh}, rest, existing=fresh
+            )
+            restored = opt2.vrgd_aggregator.state.deficits
+            self.assertLen(restored, len(saved))
+            for d in restored:
+                self.assertEqual(tf.as_dtype(d.dtype), tf.bfloat16)
+            for n in init:
+                np.testing.assert_array_equal(
+                    resumed[n].numpy(), straight[n].numpy(), err_msg=f"{n} built={built}"
+                )
+        return saved
 
     @parameterized.parameters(*FAMILIES)
     def test_checkpoint_restores_the_bfloat16_state_exactly(self, fam):
-        saved, opt2 = self._resume(fam, build_first=True)
+        """Into a built optimizer; in tf_keras also into one not built, whose restore makes
+        the bfloat16 slots (one run to the checkpoint for both: the suite's time, issue 36)."""
+        saved = self._resume(fam, build_first=(True,) if fam == "keras3" else (True, False))
         self.assertTrue(any(np.abs(s[0]).max() > 0 for s in saved))
-
-    def test_tf_keras_restore_before_build_makes_bfloat16_slots(self):
-        util.skip_without_tf_keras(self)
-        self._resume("tf_keras", build_first=False)
 
     def test_restore_before_the_next_step_is_exact(self):
         """The restored values themselves, every replica's copy, before any step."""
@@ -410,7 +416,13 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class TfKerasFilesTest(tf.test.TestCase, parameterized.TestCase):
-    """tf_keras SavedModel and h5 files of a model whose optimizer stores bfloat16 state."""
+    """tf_keras SavedModel and h5 files of a model whose optimizer stores bfloat16 state.
+
+    Through a ``LossScaleOptimizer`` only, whose inner optimizer makes, saves and restores
+    the slots as a bare one does (the suite's time, issue 36): a bare optimizer's bfloat16
+    state is restored by ``CheckpointTest`` (a ``tf.train.Checkpoint``, before and after
+    building), and its SavedModel and h5 files resume exactly in
+    ``test_tf_keras_save.SaveLoadTest.test_savedmodel_load_and_resume_lamb_k2``."""
 
     def _model(self, loss_scale):
         import tf_keras
@@ -439,7 +451,7 @@ class TfKerasFilesTest(tf.test.TestCase, parameterized.TestCase):
             for c in copies(got):
                 np.testing.assert_array_equal(c, copies(want)[0])
 
-    @parameterized.named_parameters(("", False), ("_loss_scale", True))
+    @parameterized.named_parameters(("_loss_scale", True))
     def test_savedmodel_and_h5_restore_the_bfloat16_state(self, loss_scale):
         util.skip_without_tf_keras(self)
         import tf_keras
