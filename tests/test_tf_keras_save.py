@@ -37,20 +37,32 @@ CASES = (
     ("lamb", vtk.VRGDLamb, dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)),
 )
 # k = 1 (no strategy) for one optimizer of each state kind, SGD and LAMB; k = 2 for all
-# (each case is a SavedModel written and read twice: the suite's time).
+# (each case is a SavedModel written and read twice: the suite's time). LAMB on 2 replicas
+# also writes an h5 file and a tf.train.Checkpoint of the same trained model and resumes from
+# each (one trained model for all three: the suite's time, issue 36).
 PARAMS = [
-    dict(testcase_name=f"{name}_k{k}", cls=cls, kwargs=kwargs, k=k)
+    dict(
+        testcase_name=f"{name}_k{k}",
+        cls=cls,
+        kwargs=kwargs,
+        k=k,
+        h5=(name, k) == ("lamb", 2),
+        checkpoint=(name, k) == ("lamb", 2),
+    )
     for name, cls, kwargs in CASES
     for k in ((1, 2) if name in ("sgd", "lamb") else (2,))
 ]
-# LossScaleOptimizer exposes the inner optimizer's slots as its own.
+# LossScaleOptimizer exposes the inner optimizer's slots as its own. Regression (h5): tf_keras's
+# LossScaleOptimizer writes its inner optimizer under the bare class name ("VRGDLamb"), so
+# loading the h5 file failed with "Unknown optimizer".
 PARAMS.append(
     dict(
         testcase_name="lamb_loss_scale_k2",
         cls=vtk.VRGDLamb,
-        kwargs=dict(learning_rate=0.01, beta_3=0.9),
+        kwargs=dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9),
         k=2,
         loss_scale=True,
+        h5=True,
     )
 )
 
@@ -127,13 +139,35 @@ class _StateAssertions:
 
 class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(*PARAMS)
-    def test_savedmodel_load_and_resume(self, cls, kwargs, k, loss_scale=False):
+    def test_savedmodel_load_and_resume(
+        self, cls, kwargs, k, loss_scale=False, h5=False, checkpoint=False
+    ):
+        """The SavedModel (and with ``h5``, the h5 file; with ``checkpoint``, a
+        ``tf.train.Checkpoint`` restored into a fresh model before and after its optimizer is
+        built) of a model trained 2 steps: the state's kind and values on load, then one more
+        step on every copy, exactly."""
         strategy = _strategy(k)
         with strategy.scope():
             model = _model(cls, kwargs, loss_scale)
         _fit(model, steps=2)
-        path = os.path.join(tempfile.mkdtemp(), "saved_model")
+        folder = tempfile.mkdtemp()
+        path = os.path.join(folder, "saved_model")
         model.save(path, save_format="tf")
+        if h5:  # the same trained model in both formats (the suite's time, issue 36)
+            h5_path = os.path.join(folder, "model.h5")
+            model.save(h5_path)
+        fresh_models = ()
+        if checkpoint:  # and in a checkpoint
+            ckpt = tf.train.Checkpoint(model=model).save(os.path.join(folder, "ckpt"))
+            with strategy.scope():
+                before = _model(cls, kwargs, loss_scale)  # slots made by the restore
+                after = _model(cls, kwargs, loss_scale)  # slots made by building, then restored
+                after.optimizer._create_all_weights(after.trainable_variables)
+            fresh_models = (before, after)
+            for fresh in fresh_models:
+                tf.train.Checkpoint(model=fresh).restore(ckpt).assert_existing_objects_matched()
+                self.assert_state_kind(fresh.optimizer, fresh, kwargs["beta_3"])
+                self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
 
         # The SavedModel's own copy of the optimizer state (tf_keras's stand-in optimizer).
         with strategy.scope():
@@ -148,6 +182,17 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
         self.assertIsInstance(inner, cls)
         status = loaded.load_weights(os.path.join(path, "variables", "variables"))
         status.assert_existing_objects_matched()  # iterations is restored when built
+        if h5:
+            with strategy.scope():
+                from_h5 = tf_keras.models.load_model(h5_path)
+            h5_inner = getattr(from_h5.optimizer, "inner_optimizer", from_h5.optimizer)
+            self.assertIsInstance(h5_inner, cls)
+            self.assertEqual(
+                h5_inner.get_config(),
+                model.optimizer.get_config()
+                .get("inner_optimizer", {})
+                .get("config", model.optimizer.get_config()),
+            )
         _fit(model, steps=1)
         _fit(loaded, steps=1)
         self.assertEqual(int(loaded.optimizer.iterations.numpy()), 3)
@@ -167,58 +212,14 @@ class SaveLoadTest(_StateAssertions, tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(list(stats.values()), list(want.values()))
             # a noise estimate exists: the diagnostics were recorded
             self.assertTrue(any(s["mean_gsnr"] > 0.0 for s in stats.values()), stats)
-
-    @parameterized.named_parameters(
-        ("lamb", False),
-        # Regression: tf_keras's LossScaleOptimizer writes its inner optimizer under the bare
-        # class name ("VRGDLamb"), so loading the h5 file failed with "Unknown optimizer".
-        ("lamb_loss_scale", True),
-    )
-    def test_h5_load_resumes_exactly(self, loss_scale):
-        kwargs = dict(learning_rate=0.01, weight_decay_rate=0.01, beta_3=0.9)
-        strategy = _strategy(2)
-        with strategy.scope():
-            model = _model(vtk.VRGDLamb, kwargs, loss_scale)
-        _fit(model, steps=2)
-        path = os.path.join(tempfile.mkdtemp(), "model.h5")
-        model.save(path)
-        with strategy.scope():
-            loaded = tf_keras.models.load_model(path)
-        inner = getattr(loaded.optimizer, "inner_optimizer", loaded.optimizer)
-        self.assertIsInstance(inner, vtk.VRGDLamb)
-        self.assertEqual(
-            inner.get_config(),
-            model.optimizer.get_config()
-            .get("inner_optimizer", {})
-            .get("config", model.optimizer.get_config()),
-        )
-        _fit(model, steps=1)
-        _fit(loaded, steps=1)
-        self.assertEqual(int(loaded.optimizer.iterations.numpy()), 3)
-        for want, got in zip(model.get_weights(), loaded.get_weights()):
-            self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
-        self.assert_same_state(loaded.optimizer, loaded, model.optimizer, model)
-
-
-class CheckpointKindTest(_StateAssertions, tf.test.TestCase):
-    def test_checkpoint_restore_before_and_after_build_keeps_kind(self):
-        cls, kwargs = vtk.VRGDLamb, dict(learning_rate=0.01, beta_3=0.9)
-        strategy = util.strategy_for(2)
-        with strategy.scope():
-            model = _model(cls, kwargs)
-        _fit(model, steps=2)
-        path = tf.train.Checkpoint(model=model).save(os.path.join(tempfile.mkdtemp(), "ckpt"))
-        with strategy.scope():
-            before = _model(cls, kwargs)  # slots made by the restore
-            after = _model(cls, kwargs)  # slots made by building, then restored
-            after.optimizer._create_all_weights(after.trainable_variables)
-        for fresh in (before, after):
-            tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
-            self.assert_state_kind(fresh.optimizer, fresh, kwargs["beta_3"])
-            self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
-        for m in (model, before, after):
-            _fit(m, steps=1)
-        for fresh in (before, after):
+        if h5:  # the h5 file resumes exactly too
+            _fit(from_h5, steps=1)
+            self.assertEqual(int(from_h5.optimizer.iterations.numpy()), 3)
+            for want, got in zip(model.get_weights(), from_h5.get_weights()):
+                self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
+            self.assert_same_state(from_h5.optimizer, from_h5, model.optimizer, model)
+        for fresh in fresh_models:  # and the checkpoint, into either fresh model
+            _fit(fresh, steps=1)
             for want, got in zip(model.get_weights(), fresh.get_weights()):
                 self.assertAllClose(got, want, rtol=1e-6, atol=1e-7)
             self.assert_same_state(fresh.optimizer, fresh, model.optimizer, model)
