@@ -1,5 +1,6 @@
 """Keras 3 family: model.fit, serialization, checkpoints, argument checks, the hook guard."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def build_linear_model(w0):
 
 
 class FitTest(tf.test.TestCase, parameterized.TestCase):
-    @parameterized.product(k=[2, 4], name=["VRGDSGD", "VRGDLamb"])
+    # Each replica count and each optimizer once: the (1/k) scaling is model.fit's, the
+    # optimizer's rule is test_reference's (ReferenceTest.test_matches_numpy_reference, every
+    # optimizer on 1, 2 and 4 replicas): the suite's time, issue 36.
+    @parameterized.parameters((2, "VRGDLamb"), (4, "VRGDSGD"))
     def test_model_fit_matches_reference(self, k, name):
         """model.fit: the per-replica gradient is (1/k) d/dw mean-loss(shard d)."""
         x, y, w0 = linear_problem(seed=k)
@@ -125,6 +129,28 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(vr.factors["kernel"].min(), 1.0)
 
 
+@functools.lru_cache(maxsize=None)
+def saved_lamb_model():
+    """``(model, path)``: a VRGDLamb model fitted 2 steps on 2 replicas and saved as
+    ``.keras``; made once for the two tests that load it (the suite's time, issue 36)."""
+    x, y, w0 = linear_problem()
+    with util.strategy_for(2).scope():
+        model = build_linear_model(w0)
+        model.compile(
+            optimizer=vrgd_tf.VRGDLamb(
+                learning_rate=0.01,
+                weight_decay_rate=0.01,
+                exclude_from_weight_decay=["bias"],
+                statistics_interval=1,
+            ),
+            loss="mse",
+        )
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+    path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    model.save(path)
+    return model, path
+
+
 class SerializationTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(sorted(ALL))
     def test_config_round_trip(self, name):
@@ -153,22 +179,7 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
                 keras.optimizers.get(name)
 
     def test_save_and_load_model_without_custom_objects(self):
-        x, y, w0 = linear_problem()
-        strategy = util.strategy_for(2)
-        with strategy.scope():
-            model = build_linear_model(w0)
-            model.compile(
-                optimizer=vrgd_tf.VRGDLamb(
-                    learning_rate=0.01,
-                    weight_decay_rate=0.01,
-                    exclude_from_weight_decay=["bias"],
-                    statistics_interval=1,
-                ),
-                loss="mse",
-            )
-        model.fit(x, y, batch_size=16, epochs=2, verbose=0)
-        path = os.path.join(tempfile.mkdtemp(), "m.keras")
-        model.save(path)
+        model, path = saved_lamb_model()
         loaded = keras.models.load_model(path)
         self.assertIsInstance(loaded.optimizer, vrgd_tf.VRGDLamb)
         self.assertEqual(loaded.optimizer.get_config(), model.optimizer.get_config())
@@ -210,19 +221,21 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(sorted(loaded.optimizer.vrgd_statistics()), names)
 
     def test_checkpoint_restores_and_training_continues_exactly(self):
-        """4 replicas: 2 steps, checkpoint, 2 more steps == restore into a new run, 2 steps."""
+        """2 replicas: a checkpoint after 2 of 4 steps, restored into a new run, continues
+        with 2 steps as the uninterrupted run does (that run goes on past its checkpoint;
+        the replica count is not what is tested: the suite's time, issue 36)."""
         from util import make_problem
 
-        init, grads = make_problem(4, seed=9, steps=4)
-        first = {n: g[:2] for n, g in grads.items()}
+        init, grads = make_problem(2, seed=9, steps=4)
         second = {n: g[2:] for n, g in grads.items()}
-        strategy = util.strategy_for(4)
+        strategy = util.strategy_for(2)
         make = lambda: vrgd_tf.VRGDLamb(  # noqa: E731
             learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1
         )
-        straight, _ = util.run_custom_loop(strategy, make, init, grads)
-
-        variables, opt = util.run_custom_loop(strategy, make, init, first)
+        run = util.custom_loop_steps(strategy, make, init, grads)
+        for i, variables, opt in run:
+            if i == 1:  # after 2 steps
+                break
         ckpt_dir = tempfile.mkdtemp()
         path = tf.train.Checkpoint(optimizer=opt, **variables).save(os.path.join(ckpt_dir, "ckpt"))
         saved_deficit = opt.vrgd_aggregator.state.deficits[0].numpy()
@@ -236,6 +249,9 @@ class SerializationTest(tf.test.TestCase, parameterized.TestCase):
         for a, b in zip(opt.variables, opt2.variables):
             for copy in util.replica_values(b):
                 np.testing.assert_array_equal(copy, a.numpy(), err_msg=a.path)
+        for _, straight, _ in run:  # the uninterrupted run's last 2 steps
+            pass
+        self.assertEqual(int(opt.iterations.numpy()), 4)
         resumed, _ = util.run_custom_loop(
             strategy, lambda: opt2, fresh_init(fresh), second, existing=fresh
         )
@@ -318,14 +334,13 @@ class ArgumentTest(tf.test.TestCase, parameterized.TestCase):
         keras.models.load_model in a new process; the built-in classes need only the import."""
         x, y, w0 = linear_problem()
         vrgd_adamw = vrgd_tf.make_vrgd_optimizer(keras.optimizers.AdamW, default_beta_3=0.9)
-        paths = {}
-        for name, cls in (("adamw", vrgd_adamw), ("lamb", vrgd_tf.VRGDLamb)):
-            with util.strategy_for(2).scope():
-                model = build_linear_model(w0)
-                model.compile(optimizer=cls(learning_rate=0.01), loss="mse")
-            model.fit(x, y, batch_size=16, epochs=2, verbose=0)
-            paths[name] = os.path.join(tempfile.mkdtemp(), f"{name}.keras")
-            model.save(paths[name])
+        with util.strategy_for(2).scope():
+            model = build_linear_model(w0)
+            model.compile(optimizer=vrgd_adamw(learning_rate=0.01), loss="mse")
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+        paths = {"adamw": os.path.join(tempfile.mkdtemp(), "adamw.keras")}
+        model.save(paths["adamw"])
+        paths["lamb"] = saved_lamb_model()[1]  # VRGDLamb, 2 steps (shared: fitted once)
 
         # One new process (each costs an import of TensorFlow): the made class fails to
         # load before the call and loads after it; VRGDLamb needs only the import.

@@ -1,8 +1,7 @@
-"""tf_keras family: LossScaleOptimizer, config round trip, checkpoints, TF_USE_LEGACY_KERAS."""
+"""tf_keras family: LossScaleOptimizer, config round trip, checkpoints (TF_USE_LEGACY_KERAS:
+test_summaries.SummariesTest.test_legacy_keras_fit_with_top_level_callback)."""
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -132,20 +131,23 @@ class TfKerasConfigTest(tf.test.TestCase, parameterized.TestCase):
             vtk.VRGDSGD(gradient_aggregator=lambda gv: gv, statistics_interval=1)
 
     def test_checkpoint_restores_exactly_under_mirrored(self):
-        init, grads = make_problem(4, seed=8, steps=4)
-        strategy = util.strategy_for(4)
+        """2 replicas (the replica count is not what is tested: the suite's time, issue 36):
+        a checkpoint after 2 of 4 steps, restored into a fresh optimizer, continues as the
+        uninterrupted run does (that run goes on past its checkpoint)."""
+        init, grads = make_problem(2, seed=8, steps=4)
+        strategy = util.strategy_for(2)
         make = lambda: vtk.VRGDLamb(  # noqa: E731
             learning_rate=0.01, weight_decay_rate=0.01, statistics_interval=1
         )
-        straight, _ = util.run_custom_loop(strategy, make, init, grads, make_variable=tf_variable)
-        first = {n: g[:2] for n, g in grads.items()}
         second = {n: g[2:] for n, g in grads.items()}
-        variables, opt = util.run_custom_loop(
-            strategy, make, init, first, make_variable=tf_variable
-        )
-        path = tf.train.Checkpoint(optimizer=opt, **variables).save(
-            os.path.join(tempfile.mkdtemp(), "ckpt")
-        )
+        for i, straight, opt in util.custom_loop_steps(
+            strategy, make, init, grads, make_variable=tf_variable
+        ):
+            if i == 1:  # after 2 steps
+                path = tf.train.Checkpoint(optimizer=opt, **straight).save(
+                    os.path.join(tempfile.mkdtemp(), "ckpt")
+                )
+        self.assertEqual(int(opt.iterations.numpy()), 4)
         with strategy.scope():
             fresh = {n: tf.Variable(np.zeros_like(v), name=n) for n, v in init.items()}
             opt2 = make()
@@ -190,23 +192,10 @@ class StateNamingTest(tf.test.TestCase):
             np.testing.assert_array_equal(restored[name], value, err_msg=name)
 
 
-class LegacyKerasSwitchTest(tf.test.TestCase):
-    def test_tf_use_legacy_keras_exports_tf_keras_classes(self):
-        code = (
-            "import numpy as np, tensorflow as tf, vrgd_tf\n"
-            "assert vrgd_tf.VRGDLamb.__module__ == 'vrgd_tf.tf_keras', vrgd_tf.VRGDLamb\n"
-            "m = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])\n"
-            "m.compile(optimizer=vrgd_tf.VRGDLamb(learning_rate=0.01), loss='mse')\n"
-            "h = m.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=2, verbose=0)\n"
-            "print('LOSS', h.history['loss'])\n"
-        )
-        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-        )
-        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
-        losses = eval(out.stdout.split("LOSS", 1)[1])
-        self.assertLess(losses[1], losses[0])
+# TF_USE_LEGACY_KERAS=1 (vrgd_tf.VRGDLamb is the tf_keras class and a tf.keras fit with it
+# lowers the loss): test_summaries.SummariesTest.test_legacy_keras_fit_with_top_level_callback,
+# in the interpreter it starts for the callback (one import of TensorFlow less: the suite's
+# time, issue 36).
 
 
 if __name__ == "__main__":
