@@ -263,7 +263,8 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(max(s["frac_at_gamma"] for s in stats.values()), 0.0)
 
     def test_float16_squares_that_overflow_stay_finite(self):
-        """Gradients of 300 (squares overflow float16 at 256) on 2 replicas."""
+        """Gradients of 300 (squares overflow float16 at 256) on 2 replicas: finite weights
+        (hand-computed) and diagnostics, in both families."""
         init = {"w": np.zeros(4, np.float32)}
         g = np.array([[300.0, -290.0, 280.0, 1.0], [310.0, 310.0, 290.0, 3.0]], np.float16)
         grads = {"w": np.broadcast_to(g, (1, 2, 4))}
@@ -275,6 +276,9 @@ class LowPrecisionTest(tf.test.TestCase, parameterized.TestCase):
             # GSNR mean**2 / var: 3721, 0.0011, 3249, 4; mean 1744; factors clip(r / 1744,
             # 0.1, 1) = 1, 0.1, 1, 0.1; w = -lr * factor * (sum over the replicas).
             self.assertAllClose(w, [-0.61, -0.1 * 20e-3, -0.57, -0.1 * 4e-3], rtol=2e-3, msg=family)
+            # The diagnostics too (float16 in both families: tf_keras' only float16 case).
+            for s in opt.vrgd_statistics().values():
+                self.assertTrue(all(np.isfinite(list(s.values()))), msg=f"{family}: {s}")
 
 
 class Float64Test(tf.test.TestCase, parameterized.TestCase):

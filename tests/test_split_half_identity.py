@@ -86,9 +86,11 @@ class SameWeightsTest(tf.test.TestCase):
     def test_split_half_changes_no_weight(self):
         """Four steps at interval 3 (recording steps among non-recording ones), beta_3 = 0.9:
         after each step the weights and the recorded diagnostics are equal bit for bit.
-        (Interval 1 with beta_3 = 0, every step recording: the weights bit for bit in
-        test_default_collective.test_split_half_leaves_the_weights_unchanged, VRGDSGD on 4
-        replicas; a second pair of traces here took the suite 6 s, issue 36.)"""
+        (Interval 1 with beta_3 = 0, every step recording: test_split_half_step.InStepTest's
+        4-sample step (a fake replica context) with split-half on and off, and, on real
+        replicas under the default collective,
+        test_default_collective.test_split_half_leaves_the_weights_unchanged; a second pair
+        of traces here took the suite 6 s, issue 36.)"""
         interval, beta_3 = 3, 0.9
         strategy = util.strategy_for(4)  # 8 replicas took the suite 3 minutes
         keras.utils.set_random_seed(0)

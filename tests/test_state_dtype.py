@@ -418,11 +418,12 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
 class TfKerasFilesTest(tf.test.TestCase, parameterized.TestCase):
     """tf_keras SavedModel and h5 files of a model whose optimizer stores bfloat16 state.
 
-    Through a ``LossScaleOptimizer`` only, whose inner optimizer makes, saves and restores
-    the slots as a bare one does (the suite's time, issue 36): a bare optimizer's bfloat16
-    state is restored by ``CheckpointTest`` (a ``tf.train.Checkpoint``, before and after
-    building), and its SavedModel and h5 files resume exactly in
-    ``test_tf_keras_save.SaveLoadTest.test_savedmodel_load_and_resume_lamb_k2``."""
+    Through a ``LossScaleOptimizer`` only (the suite's time, issue 36): tf_keras' wrapper
+    hands ``weights``, ``get_weights``, ``set_weights``, ``_create_all_weights`` and
+    ``get_slot`` to the inner optimizer, so its files hold the bfloat16 slots a bare
+    optimizer's would. A bare optimizer's bfloat16 state is restored by ``CheckpointTest``
+    (a ``tf.train.Checkpoint``, before and after building); its float32 state's SavedModel
+    and h5 files by ``test_tf_keras_save``."""
 
     def _model(self, loss_scale):
         import tf_keras
