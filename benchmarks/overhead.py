@@ -46,6 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # The benchmarks' shared pieces (they import TensorFlow but run no op, so the logical-device
 # split of main() still comes first).
+from overhead_bounds import BOUNDS, bound_measurements  # noqa: E402
+
 import bounds  # noqa: E402
 import children  # noqa: E402
 import harness  # noqa: E402
@@ -75,7 +77,7 @@ flags.DEFINE_list(
 flags.DEFINE_list("resnet_variants", ["base", "sq", "vr_nostats", "vr"], "Variants for the ResNet.")
 flags.DEFINE_list(
     "bert_variants",
-    ["base", "base_allreduce", "sq", "vr_nostats", "vr"],
+    ["base", "base_allreduce", "sq", "vr_nostats", "vr_default", "vr"],
     "Variants for bert_tiny (tf_keras; base_allreduce only exists there).",
 )
 flags.DEFINE_list(
@@ -119,7 +121,7 @@ flags.DEFINE_list(
 )
 flags.DEFINE_bool("memory", True, "Measure peak RSS in subprocesses.")
 flags.DEFINE_integer("memory_reps", 2, "Subprocesses per variant for memory.")
-flags.DEFINE_list("memory_variants", ["base", "vr"], "Variants measured for memory.")
+flags.DEFINE_list("memory_variants", ["base", "vr_default", "vr"], "Variants measured for memory.")
 flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
@@ -166,42 +168,6 @@ QUICK = dict(
 
 #: Learning rates used only so that the steps do real arithmetic (timing is insensitive).
 TIMING_LR = {"momentum": 0.01, "adam": 1e-3, "lamb": 1e-3, "lars": 0.5}
-
-#: Regression bounds of the full run: VR/base (median over repetitions) step time and peak RSS.
-BOUNDS = (
-    bounds.above_recorded("vr_step_ratio", 1.148, "cnn1d LAMB, batch 512", {"model": "cnn1d"}),
-    bounds.above_recorded("vr_step_ratio", 1.123, "resnet20 LAMB", {"model": "resnet20"}),
-    bounds.above_recorded(
-        "vr_step_ratio",
-        1.607,
-        "BERT-tiny batch 64, re-measured in the sparse section",
-        {"model": "bert_tiny", "batch": 64},
-    ),
-    bounds.above_recorded(
-        "vr_step_ratio", 1.17, "BERT-tiny batch 256", {"model": "bert_tiny", "batch": 256}
-    ),
-    bounds.above_recorded("vr_peak_memory_ratio", 1.079, "cnn1d LAMB", {"model": "cnn1d"}),
-    bounds.Bound(
-        "vr_peak_memory_ratio",
-        1.51,
-        "issue 19: no worse than 1.43, within the 1.36-1.51 of the earlier code's recorded "
-        "runs (docs/cost_model.md)",
-        {"model": "bert_tiny"},
-    ),
-)
-
-
-def bound_measurements(doc):
-    """VR/base step time of every timing entry and peak memory of every memory entry."""
-    for e in doc["timing"]:
-        if "vr" in e["ratio"]:
-            case = {"model": e["model"], "pair": e["pair"], "batch": e["batch"]}
-            yield bounds.Measurement("vr_step_ratio", case, e["ratio"]["vr"]["median"])
-    for m in doc["memory"]:
-        if isinstance(m.get("vr"), dict):
-            case = {"model": m["model"], "pair": m["pair"], "batch": m["batch"]}
-            yield bounds.Measurement("vr_peak_memory_ratio", case, m["vr"]["peak_ratio"]["median"])
-
 
 # --------------------------------------------------------------------------------------------
 # Keras 3 timing

@@ -211,9 +211,11 @@ def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
         report = step_lib._report(layout, summed, raw, plan, False)
         factors = step_lib._Factors(raw, [f.factor for f in raw], None)
         if level >= 2:
-            factors = step_lib._smoothed(layout, state, summed, raw, report, settings)
+            factors, commit = step_lib._smoothed(layout, state, summed, raw, report, settings)
+            factors = step_lib._commit(layout, state, summed, factors, commit, settings)
         if level >= 3:
-            step_lib._record(layout, state, summed, plan, factors, report, True, settings)
+            again = step_lib._in_branch(layout, state, summed, factors, commit, settings, True)
+            step_lib._record(layout, state, summed, plan, factors, report, True, settings, again)
         applied = factors.applied
     for o, out in zip(outputs, step_lib._outputs(layout, summed, applied)):
         o.assign(out)

@@ -20,6 +20,9 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   vr              the library's VR class with its defaults but diagnostics every step
                   (``statistics_interval=1``; the default records every 100 steps): VR
                   minus ``vr_nostats`` is the diagnostics;
+  vr_default      the library's VR class with its defaults (``statistics_interval=100``:
+                  the recording branch is in the step and taken on one step in 100): what
+                  a user who changes nothing pays (issue 39's targets);
   vr_unpacked     ``vr`` with the aggregator's ``pack_limit=0``: every gradient its own
                   tensor and element-wise ops (VR minus ``vr_unpacked`` is what packing the
                   small variables saves; the values are the same bit for bit);
@@ -42,6 +45,7 @@ VARIANTS = ("base", "sq", "vr_nostats", "vr")
 VR_VARIANTS = {
     "vr": {"statistics_interval": 1},
     "vr_nostats": {"statistics_interval": 0},
+    "vr_default": {},
     "vr_bf16": {"statistics_interval": 1, "squares_dtype": "bfloat16"},
     "vr_nostats_bf16": {"statistics_interval": 0, "squares_dtype": "bfloat16"},
     "vr_beta3_0": {"statistics_interval": 1, "beta_3": 0.0},

@@ -1,5 +1,6 @@
 """benchmarks/bounds.py: the regression bounds a cost benchmark checks at the end of its run
-(nothing here times anything), and the bounds that passes.py and gsnr_memory.py register."""
+(nothing here times anything), and the bounds that passes.py, gsnr_memory.py and overhead.py
+(``overhead_bounds.py``) register."""
 
 import math
 import os
@@ -11,6 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import gsnr_memory  # noqa: E402
+import overhead_bounds  # noqa: E402
 import passes  # noqa: E402
 
 import bounds  # noqa: E402
@@ -106,6 +108,43 @@ class RegisteredBoundsTest(tf.test.TestCase):
         old = [{"jit_compile": True, "min": {"gsnr_passes": 20.0}}]
         verdicts = bounds.evaluate(passes.BOUNDS, passes.bound_measurements(old))
         self.assertEqual([v.metric for v in verdicts], ["gsnr_passes"])
+
+    def test_overhead_bounds_bert_tinys_defaults_at_issue_39s_targets(self):
+        """``vr_default`` (the defaults: diagnostics every 100 steps) is bounded at 1.15 of
+        LAMB's step at batch 64, 1.05 at 256 and 1.30 of its peak memory at 64; ``vr``
+        (every step) keeps its recorded bound."""
+        timing = [
+            {
+                "model": "bert_tiny",
+                "pair": "lamb",
+                "batch": b,
+                "ratio": {"vr": {"median": 1.4}, "vr_default": {"median": r}},
+            }
+            for b, r in ((64, 1.14), (256, 1.06))
+        ]
+        memory = [
+            {
+                "model": "bert_tiny",
+                "pair": "lamb",
+                "batch": 64,
+                "vr": {"peak_ratio": {"median": 1.45}},
+                "vr_default": {"peak_ratio": {"median": 1.31}},
+            }
+        ]
+        doc = {"timing": timing, "memory": memory}
+        verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
+        got = {(v.metric, v.case["batch"]): (v.limit, v.passed) for v in verdicts}
+        self.assertEqual(
+            got,
+            {
+                ("vr_step_ratio", 64): (1.77, True),
+                ("vr_step_ratio", 256): (1.29, False),
+                ("vr_default_step_ratio", 64): (1.15, True),
+                ("vr_default_step_ratio", 256): (1.05, False),
+                ("vr_peak_memory_ratio", 64): (1.51, True),
+                ("vr_default_peak_memory_ratio", 64): (1.3, False),
+            },
+        )
 
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [

@@ -153,6 +153,70 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
                 factor, s1 = ref.gsnr_factor(grads[n][step], 0.1)
                 self.assertAllClose(compiled[step][i], moms[n](factor) * s1, rtol=1e-5, atol=1e-6)
 
+    def test_xla_steps_that_do_not_commit_equal_the_graph_steps(self):
+        """Under XLA the smoothed factor is taken again from the deficits as stored after
+        the commit (``step._commit``): a step that does not commit (a NaN in one variable's
+        sums; a step whose replicas all sent the same gradient, without a GSNR) must still
+        apply ``1 - d_t / c_t`` from the uncommitted ``d_t``, and leave the state as it
+        was, as the graph-mode step does. The last step records: its diagnostics, whose
+        factors the recording branch takes again from the sums and the stored deficits
+        under XLA, equal the graph step's (the factor varies from step to step, so the
+        smoothed factor differs from the raw one). Two small variables are packed."""
+        k, rng = 4, np.random.RandomState(7)
+        shapes = {"a": [64, 8], "b": [8], "c": [3, 5]}
+        names = sorted(shapes)
+        steps = []
+        for step in range(5):
+            g = {n: rng.randn(k, *s).astype(np.float32) for n, s in shapes.items()}
+            if step == 1:
+                g["c"][0, 1, 2] = np.nan  # this replica's own: the step is not finite
+            if step == 3:
+                g = {n: np.repeat(v[:1], k, 0) for n, v in g.items()}  # no GSNR
+            steps.append(g)
+        variables = [tf.Variable(tf.zeros(shapes[n]), name=n) for n in names]
+
+        def run(jit):
+            state = gsnr.VRGDState(
+                lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind), id, 0.9
+            )
+            state.add_variables(variables)
+            outs, deficits = [], []
+            for step, g in enumerate(steps):
+                ctx = FakeReplicaContext([[g[n][d] for n in names] for d in range(1, k)])
+
+                def fn(record, *mine):
+                    return gsnr.variance_reduce(
+                        list(mine),
+                        variables,
+                        settings=gsnr.VRGDSettings(gamma=0.1, beta_3=0.9),
+                        state=state,
+                        replica_context=ctx,
+                        record_statistics=record,  # a tensor, as statistics_interval > 1
+                    )
+
+                mine = [tf.constant(g[n][0]) for n in names]
+                out = tf.function(fn, jit_compile=jit)(tf.constant(step == 4), *mine)
+                outs.append([o.numpy() for o in out])
+                deficits.append([d.numpy() for d in state.deficits])
+            return outs, deficits, [v.numpy() for v in state.statistics]
+
+        (xla, xla_d, xla_s), (graph, graph_d, graph_s) = run(True), run(False)
+        for i, n in enumerate(names):
+            self.assertAllClose(xla_s[i], graph_s[i], rtol=1e-5, atol=1e-7)
+            self.assertGreater(xla_s[i][0], 0.0)  # recorded
+        for step in range(5):
+            for i, n in enumerate(names):
+                if step == 1 and n == "c":
+                    continue  # the NaN passes through
+                self.assertAllClose(xla[step][i], graph[step][i], rtol=1e-6, atol=1e-7)
+                self.assertAllClose(xla_d[step][i], graph_d[step][i], rtol=1e-6, atol=1e-7)
+        for i, n in enumerate(names):
+            self.assertAllEqual(xla_d[1][i], xla_d[0][i])  # not committed
+            self.assertAllEqual(xla_d[3][i], xla_d[2][i])
+            self.assertAllEqual(xla[3][i], steps[3][n].sum(0))  # factor 1: S1 exactly
+        # The uncommitted step still applied its smoothed factor (not 1, not d_{t-1}'s).
+        self.assertNotAllClose(xla[1][0], steps[1]["a"].sum(0))
+
 
 if __name__ == "__main__":
     tf.test.main()

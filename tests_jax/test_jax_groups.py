@@ -112,3 +112,29 @@ def test_mixed_bfloat16_statistics_interval_and_gsnr_logger():
     model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
     rows = vrgd_tf.vrgd_statistics(model.optimizer).values()
     assert all(0.1 <= row["mean_factor"] <= 1 for row in rows)
+
+
+def test_statistics_interval_records_the_same_rows_on_its_steps():
+    """``statistics_interval=3`` computes the diagnostics in a ``lax.cond`` branch taken on
+    every third step only: after 3 steps its rows are those of ``statistics_interval=1``
+    (the same step recorded), and the weights are the same; after 4 it still holds step 3's
+    rows while interval 1 holds step 4's."""
+    x, y = data(rows=BATCH * 4)
+
+    def make(interval):
+        return lambda: vrgd_tf.VRGDLamb(0.02, weight_decay_rate=0.01, statistics_interval=interval)
+
+    every = fit(make(1), x[: 3 * BATCH], y[: 3 * BATCH], BATCH, devices=2, groups=2)
+    third = fit(make(3), x[: 3 * BATCH], y[: 3 * BATCH], BATCH, devices=2, groups=2)
+    assert max_diff(every, third) == 0.0
+
+    def rows(model):  # in the variables' order (each model's own paths)
+        return list(vrgd_tf.vrgd_statistics(model.optimizer).values())
+
+    rows_every, rows_third = rows(every), rows(third)
+    assert rows_third == rows_every
+    assert all(row["has_gsnr"] for row in rows_third)
+    for model in (every, third):
+        model.fit(x[3 * BATCH :], y[3 * BATCH :], batch_size=BATCH, shuffle=False, verbose=0)
+    assert rows(third) == rows_third
+    assert rows(every) != rows_every

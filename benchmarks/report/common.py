@@ -22,6 +22,7 @@ VARIANT_LABEL = {
     "sq": "X + all-reduce of squares (a)",
     "vr_nostats": "VR-X, statistics_interval=0 (no diagnostics)",
     "vr": "VR-X, diagnostics every step (statistics_interval=1)",
+    "vr_default": "VR-X with its defaults (diagnostics every 100 steps)",
     "vr_unpacked": "VR-X as `vr` with pack_limit=0 (no small variables packed: the step "
     "before the pack)",
     "vr_beta3_0": "VR-X with beta_3=0 (no factor state), diagnostics every step",

@@ -133,6 +133,7 @@ def plot_overhead(ov, path):
         "base_allreduce": "tab:cyan",
         "sq": "tab:gray",
         "vr_nostats": "tab:orange",
+        "vr_default": "tab:purple",
         "vr": "tab:red",
     }
     for i, v in enumerate(variants):

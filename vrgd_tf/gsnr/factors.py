@@ -17,7 +17,7 @@ from vrgd_tf import naming
 from vrgd_tf.gsnr import packing, reductions
 from vrgd_tf.gsnr.options import transform_label
 
-__all__ = ["Factor", "FactorContext", "factor", "clip", "transform"]
+__all__ = ["Factor", "FactorContext", "factor", "reapplied", "clip", "transform"]
 
 
 class Factor(NamedTuple):
@@ -73,10 +73,7 @@ def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
         [tf.cast(defined, tf.float32), ratio], sizes, finite_of=s1
     )
     mean_ratio = tf.math.divide_no_nan(total, num_defined)
-    usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
-    safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
-    # Without a usable mean the clip's bounds are (1, 1): factor 1 for the whole variable.
-    low = tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
+    safe_mean_ratio, low = _scale(mean_ratio, gamma)
     # Under XLA the mask and the ratio are taken again from S1 and S2 in the loop that
     # applies them (the same values; none of them is written out between the loops).
     b1, b2, safe_mean_ratio, low = reductions.recompute_after(s1, s2, safe_mean_ratio, low)
@@ -84,6 +81,24 @@ def factor(s1, s2, k, gamma, threshold, sizes=None) -> Factor:
         defined, ratio = _ratio(b1, b2, k, threshold)
     raw = _applied(defined, ratio, safe_mean_ratio, low, sizes)
     return Factor(raw, mean_ratio, num_defined, finite)
+
+
+def reapplied(s1, s2, k, gamma, threshold, mean_ratio, sizes=None) -> tf.Tensor:
+    """:func:`factor`'s ``factor`` taken again from ``S1``, ``S2`` and its ``mean_ratio``
+    (the same operations on the same values): for a second consumer under XLA, which
+    then recomputes it in its own loop instead of reading it back (``docs/cost_model.md``
+    section 6.2)."""
+    safe_mean_ratio, low = _scale(mean_ratio, gamma)
+    defined, ratio = _ratio(s1, s2, k, threshold)
+    return _applied(defined, ratio, safe_mean_ratio, low, sizes)
+
+
+def _scale(mean_ratio, gamma):
+    """``(safe_mean_ratio, low)``: the divisor and the clip's lower bound; without a usable
+    mean (0 or not finite) they are (1, 1): factor 1 for the whole variable."""
+    usable = (mean_ratio > 0.0) & tf.math.is_finite(mean_ratio)
+    safe_mean_ratio = tf.where(usable, mean_ratio, 1.0)
+    return safe_mean_ratio, tf.where(usable, tf.constant(gamma, tf.float32), 1.0)
 
 
 def _applied(defined, ratio, safe_mean_ratio, low, sizes) -> tf.Tensor:

@@ -42,9 +42,10 @@ def recompute_after(*tensors):
     applies the factor element by element from them again: without the barrier XLA on CPU
     shares the mask, the noise and the ratio between the two loops and writes them out (and
     reads them back); with it, the sums are one fused loop over ``S1`` and ``S2`` and none
-    of them is written out (``docs/cost_model.md`` section 6). XLA still merges two
-    barriers on the same tensors, so a second consumer of the factor shares it. The values
-    are the same (the same operations on the same inputs)."""
+    of them is written out (``docs/cost_model.md`` section 6). XLA merges two barriers on
+    the same tensors, so a second consumer of the factor passes other tensors with them
+    (the step's output: the stored deficit, section 6.2). The values are the same (the
+    same operations on the same inputs)."""
     if _BARRIER is None or not in_xla():
         return tensors
     return tuple(_BARRIER(*tensors))

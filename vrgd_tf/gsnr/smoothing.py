@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from vrgd_tf.gsnr.factors import clip
 
-__all__ = ["next_correction", "smooth", "smooth_factor"]
+__all__ = ["next_correction", "smooth", "corrected", "smooth_factor"]
 
 
 def next_correction(correction, beta_3):
@@ -29,8 +29,14 @@ def smooth(factor, deficit, divisor, beta_3, gamma) -> Tuple[tf.Tensor, tf.Tenso
     shape) and ``divisor``, ``c_t`` (broadcastable; ``+Inf`` gives ``p_hat = 1`` exactly: a
     step without a GSNR, whose ``d_t`` is then not committed)."""
     new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - factor)
-    # p_hat is a weighted mean of values in [gamma, 1]; clipping only removes rounding.
-    return clip(1.0 - new_deficit / divisor, gamma), new_deficit
+    return corrected(new_deficit, divisor, gamma), new_deficit
+
+
+def corrected(deficit, divisor, gamma) -> tf.Tensor:
+    """``p_hat_t = clip(1 - d_t / c_t, gamma, 1)`` from ``d_t`` (``deficit``) and ``c_t``
+    (``divisor``). p_hat is a weighted mean of values in [gamma, 1]; clipping only removes
+    rounding."""
+    return clip(1.0 - deficit / divisor, gamma)
 
 
 def smooth_factor(

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from vrgd_tf import naming
-from vrgd_tf.gsnr import collectives, halves, packing, smoothing, sparse
+from vrgd_tf.gsnr import collectives, halves, packing, reductions, smoothing, sparse
 from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
@@ -237,16 +237,27 @@ def _pieces(block):
     return block.sizes if block.packed else None
 
 
-def _factors(layout, summed, settings) -> List[factors_lib.Factor]:
-    """Per block, the raw factor; none is defined on a step without a GSNR (threshold Inf).
-    The gathered sparse rows are float32 whatever ``squares_dtype``: float32's threshold."""
+def _thresholds(layout, summed, settings) -> List[tf.Tensor]:
+    """Per block, the noise threshold ``rtol * k`` (``+Inf`` on a step without a GSNR).
+    The gathered sparse rows are float32 whatever ``squares_dtype``: float32's ``rtol``."""
     k, active = tf.maximum(summed.count, 1.0), _active(summed)
-    out = []
-    for b, s1, s2 in zip(layout.blocks, summed.s1, summed.s2):
-        rtol = NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else settings.rtol
-        threshold = tf.where(active, rtol * k, _INF)
-        out.append(factors_lib.factor(s1, s2, k, settings.gamma, threshold, _pieces(b)))
-    return out
+    return [
+        tf.where(
+            active, (NOISE_RTOL if b.path == layout_lib.SPARSE_ROWS else settings.rtol) * k, _INF
+        )
+        for b in layout.blocks
+    ]
+
+
+def _factors(layout, summed, settings) -> List[factors_lib.Factor]:
+    """Per block, the raw factor; none is defined on a step without a GSNR (threshold Inf)."""
+    k = tf.maximum(summed.count, 1.0)
+    return [
+        factors_lib.factor(s1, s2, k, settings.gamma, threshold, _pieces(b))
+        for b, s1, s2, threshold in zip(
+            layout.blocks, summed.s1, summed.s2, _thresholds(layout, summed, settings)
+        )
+    ]
 
 
 def _active(summed) -> tf.Tensor:
@@ -281,28 +292,90 @@ def _measured(report) -> tf.Tensor:
     return tf.logical_and(report.active, tf.logical_not(report.inert))
 
 
-def _smoothed(layout, state, summed, raw, report, settings) -> _Factors:
-    """The factors after the momentum (``beta_3 > 0``), else the raw factors. A step
-    without a noise estimate (fewer than 2 samples, or no element of any variable with a
-    defined GSNR: ``report.inert``) applies factor 1 and leaves the state as it is (spec
-    section 2: the base step); the state is committed on a finite step with a GSNR."""
+class _Commit(NamedTuple):
+    """The momentum state a step writes (``beta_3 > 0``).
+
+    Attributes:
+      deficits: the new ``d_t`` per block, float32 ``[size]``.
+      corrections: the new ``c_t`` per block (``[v]`` for a pack).
+      predicate: scalar bool, whether to write them (a finite step with a GSNR).
+      applied_from: ``fn(stored) -> applied``: the smoothed factor of every block again,
+        from the deficits read back after the commit (see :func:`_commit`).
+    """
+
+    deficits: List[tf.Tensor]
+    corrections: List[tf.Tensor]
+    predicate: tf.Tensor
+    applied_from: object
+
+
+def _smoothed(layout, state, summed, raw, report, settings):
+    """``(factors, commit)``: the factors after the momentum (``beta_3 > 0``) and the
+    :class:`_Commit` of its state, else the raw factors and None. A step without a noise
+    estimate (fewer than 2 samples, or no element of any variable with a defined GSNR:
+    ``report.inert``) applies factor 1 and leaves the state as it is (spec section 2: the
+    base step); the state is committed on a finite step with a GSNR (:func:`_commit`)."""
     if settings.beta_3 == 0.0:
-        return _Factors(raw, [f.factor for f in raw], None)
+        return _Factors(raw, [f.factor for f in raw], None), None
     beta_3, gamma = settings.beta_3, settings.gamma
     previous = state_lib.read(layout, state, summed.rows)
     measured = _measured(report)
     corrections = [  # c_t = Inf: p_hat = 1 exactly (also for a sparse entry's untouched rows)
         tf.where(measured, smoothing.next_correction(c, beta_3), _INF) for c in previous.corrections
     ]
+    divisors = [packing.per_element(c, _pieces(b)) for b, c in zip(layout.blocks, corrections)]
     applied, deficits = [], []
-    for b, f, d, c in zip(layout.blocks, raw, previous.deficits, corrections):
-        c = packing.per_element(c, _pieces(b))
+    for f, d, c in zip(raw, previous.deficits, divisors):
         p_hat, new_deficit = smoothing.smooth(f.factor, d, c, beta_3, gamma)
         applied.append(p_hat)
         deficits.append(new_deficit)
     predicate = tf.logical_and(report.finite, measured)
-    state_lib.commit(layout, state, deficits, corrections, summed.rows, beta_3, predicate)
-    return _Factors(raw, applied, corrections)
+
+    def applied_from(stored):
+        k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
+        out = []
+        for b, f, s1, s2, d, c, t in zip(
+            layout.blocks, raw, summed.s1, summed.s2, stored, divisors, thresholds
+        ):
+            s1, s2, d = reductions.recompute_after(s1, s2, d)
+            factor = factors_lib.reapplied(s1, s2, k, gamma, t, f.mean_ratio, _pieces(b))
+            # Not committed (not finite, or no GSNR): the stored deficit is d_{t-1}.
+            d = tf.where(predicate, d, smoothing.smooth(factor, d, c, beta_3, gamma)[1])
+            out.append(smoothing.corrected(d, c, gamma))
+        return out
+
+    commit = _Commit(deficits, corrections, predicate, applied_from)
+    return _Factors(raw, applied, corrections), commit
+
+
+def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
+    """Writes the momentum state of ``commit`` (None: nothing to write); returns
+    ``factors``, or under XLA (float32 deficits) ``factors`` with the smoothed factors of
+    the dense blocks taken again from the deficits as stored: ``1 - d_t / c_t``, where a
+    step that commits has written ``d_t``, and from ``d_{t-1}`` and the factor recomputed
+    from ``S1`` and ``S2`` where it has not (the same values). The previous deficits are
+    then read only by the loop that writes the new ones, and XLA does not write the factor
+    out for two consumers (``docs/cost_model.md`` section 6.2).
+    """
+    if commit is None:
+        return factors
+    state_lib.commit(
+        layout,
+        state,
+        commit.deficits,
+        commit.corrections,
+        summed.rows,
+        settings.beta_3,
+        commit.predicate,
+    )
+    if not reductions.in_xla() or settings.state_dtype != "float32":
+        return factors
+    again = commit.applied_from(state_lib.read(layout, state, summed.rows).deficits)
+    applied = [
+        a if b.path == layout_lib.SPARSE_ROWS else x
+        for b, a, x in zip(layout.blocks, factors.applied, again)
+    ]
+    return factors._replace(applied=applied)
 
 
 def _transformed(layout, summed, factors, report, variables, settings, step) -> _Factors:
@@ -378,15 +451,52 @@ def _split_half_rows(layout, summed, plan, report, rtol) -> tf.Tensor:
     return tf.where(complete, halves.rows(plan, layout, summed, rtol), 0.0)
 
 
-def _record(layout, state, summed, plan, factors, report, record, settings) -> None:
+def _in_branch(layout, state, summed, factors, commit, settings, record):
+    """``fn() -> factors`` for the recording branch: ``factors``, or under XLA on a step
+    that records only some steps (``record`` a tensor: ``statistics_interval > 1``; no
+    factor transforms, float32 deficits) the same factors taken again inside the branch
+    from ``S1``, ``S2`` and the stored deficits, so that the branch's operands are the sums
+    and per-variable scalars and no factor is written out on a step that does not record
+    (``docs/cost_model.md`` section 6.2). Recording on every step, the branch is taken on
+    every finite step and the factors already made are cheaper to pass in."""
+    if not tf.is_tensor(record) or not reductions.in_xla() or settings.factor_transforms:
+        return lambda: factors
+    if commit is not None and settings.state_dtype != "float32":
+        return lambda: factors
+
+    def again():
+        k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
+        raw = [
+            f
+            if b.path == layout_lib.SPARSE_ROWS
+            else f._replace(
+                factor=factors_lib.reapplied(s1, s2, k, settings.gamma, t, f.mean_ratio, _pieces(b))
+            )
+            for b, f, s1, s2, t in zip(layout.blocks, factors.raw, summed.s1, summed.s2, thresholds)
+        ]
+        if commit is None:
+            return factors._replace(raw=raw, applied=[f.factor for f in raw])
+        stored = commit.applied_from(state_lib.read(layout, state, summed.rows).deficits)
+        applied = [
+            a if b.path == layout_lib.SPARSE_ROWS else x
+            for b, a, x in zip(layout.blocks, factors.applied, stored)
+        ]
+        return factors._replace(raw=raw, applied=applied)
+
+    return again
+
+
+def _record(layout, state, summed, plan, factors, report, record, settings, again=None) -> None:
     """Records the diagnostics and the split-half reliability on a recording step
     (``record``: Python bool or scalar bool tensor) with finite sums; each row is computed
-    inside its branch."""
+    inside its branch (``again``: None, or ``fn() -> factors`` that gives the step's
+    factors there: :func:`_in_branch`)."""
     if record is False:
         return
     predicate = report.finite if record is True else tf.logical_and(record, report.finite)
     indices = [e.state_index for e in layout.entries]
-    rows = lambda: _statistics_rows(layout, state, summed, factors, report, settings.gamma)  # noqa: E731
+    again = again or (lambda: factors)
+    rows = lambda: _statistics_rows(layout, state, summed, again(), report, settings.gamma)  # noqa: E731
     state_lib.record(state, indices, rows, predicate)
     halves_rows = lambda: _split_half_rows(layout, summed, plan, report, settings.rtol)  # noqa: E731
     state_lib.record(state, indices, halves_rows, predicate, kind="split_half")
@@ -533,8 +643,10 @@ def variance_reduce(
     summed = samples_lib.assemble(layout, grads, reduced)
     raw = _factors(layout, summed, settings)
     report = _report(layout, summed, raw, plan, squares.count is not None)
-    factors = _smoothed(layout, state, summed, raw, report, settings)
+    factors, commit = _smoothed(layout, state, summed, raw, report, settings)
+    factors = _commit(layout, state, summed, factors, commit, settings)
     factors = _transformed(layout, summed, factors, report, variables, settings, step)
     report = _with_transforms_finite(report, factors, settings)
-    _record(layout, state, summed, plan, factors, report, record_statistics, settings)
+    again = _in_branch(layout, state, summed, factors, commit, settings, record_statistics)
+    _record(layout, state, summed, plan, factors, report, record_statistics, settings, again)
     return ReducedGradients(_outputs(layout, summed, factors.applied), report)

@@ -18,6 +18,7 @@ import inspect
 import logging
 from typing import List, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 import keras
 from keras.src import backend
@@ -203,14 +204,29 @@ class VRGDOptimizer:
         return out
 
     def _vrgd_record(self, sums, raws, applied, has_gsnr, finite):
+        """The diagnostics of a recording step with finite sums. With
+        ``statistics_interval > 1`` they are computed in a ``lax.cond`` branch, so the
+        other steps keep the rows and pay no reduction; with 1, on every step, in the
+        step itself (a branch taken on every step costs its operands' writes)."""
         interval = self._vrgd_settings.statistics_interval
         if interval == 0:
             return
         recording = ((self.iterations.value + 1) % interval == 0) & finite
-        for row, s1, raw, f in zip(self._vrgd_statistics, sums.s1, raws, applied):
-            new = gsnr.statistics(s1, raw, f, sums.k, self._vrgd_settings.gamma)
-            new = jnp.where(has_gsnr, new, 0.0)
-            row.assign(jnp.where(recording, new, row.value))
+        gamma = self._vrgd_settings.gamma
+
+        def rows():
+            return [
+                jnp.where(has_gsnr, gsnr.statistics(s1, raw, f, sums.k, gamma), 0.0)
+                for s1, raw, f in zip(sums.s1, raws, applied)
+            ]
+
+        kept = [row.value for row in self._vrgd_statistics]
+        if interval == 1:
+            new = [jnp.where(recording, r, k) for r, k in zip(rows(), kept)]
+        else:
+            new = jax.lax.cond(recording, rows, lambda: kept)
+        for row, value in zip(self._vrgd_statistics, new):
+            row.assign(value)
 
     def vrgd_statistics(self):
         """``{variable path: {field: float}}`` of the last recording step (spec section 4):
