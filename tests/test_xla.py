@@ -217,6 +217,51 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         # The uncommitted step still applied its smoothed factor (not 1, not d_{t-1}'s).
         self.assertNotAllClose(xla[1][0], steps[1]["a"].sum(0))
 
+    def test_xla_steps_whose_stored_deficit_is_not_d_t_equal_the_graph_steps(self):
+        """The read-back of ``step._commit`` needs the stored deficit to be the step's
+        ``d_t``: not for a bfloat16 state under float32 settings (a direct call; the state
+        rounds ``d_t``), nor for a variable given twice (the second commit overwrites the
+        first's). Both fall back to the factors made before the commit, as in graph mode."""
+        k, rng = 4, np.random.RandomState(3)
+        v, w = tf.Variable(tf.zeros([64]), name="v"), tf.Variable(tf.zeros([16]), name="w")
+        cases = {"bfloat16 state": ([v], "bfloat16"), "w twice": ([w, w], "float32")}
+        for label, (variables, state_dtype) in cases.items():
+            steps = [
+                [rng.randn(k, *x.shape).astype(np.float32) for x in variables] for _ in range(3)
+            ]
+
+            def run(jit):
+                state = gsnr.VRGDState(
+                    lambda kind, i, shape, ref_: tf.Variable(
+                        tf.zeros(shape, gsnr.state.variable_dtype(kind, state_dtype)), name=kind
+                    ),
+                    id,
+                    0.9,
+                    state_dtype=state_dtype,
+                )
+                state.add_variables(variables)
+                outs = []
+                for g in steps:
+                    ctx = FakeReplicaContext([[x[d] for x in g] for d in range(1, k)])
+
+                    def fn(*mine):
+                        return gsnr.variance_reduce(
+                            list(mine),
+                            variables,
+                            settings=gsnr.VRGDSettings(gamma=0.1, beta_3=0.9),
+                            state=state,
+                            replica_context=ctx,
+                            record_statistics=False,
+                        )
+
+                    out = tf.function(fn, jit_compile=jit)(*[tf.constant(x[0]) for x in g])
+                    outs.append([o.numpy() for o in out])
+                return outs
+
+            for xla, graph in zip(run(True), run(False)):
+                for a, b in zip(xla, graph):
+                    self.assertAllClose(a, b, rtol=1e-6, atol=1e-7, msg=label)
+
 
 if __name__ == "__main__":
     tf.test.main()

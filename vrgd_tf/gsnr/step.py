@@ -348,10 +348,22 @@ def _smoothed(layout, state, summed, raw, report, settings):
     return _Factors(raw, applied, corrections), commit
 
 
+def _reads_back(layout, state) -> bool:
+    """Whether the step takes its smoothed factors from the deficits as stored (under XLA,
+    :func:`_commit`): only where a stored deficit is the ``d_t`` the step computed, i.e.
+    float32 deficits (a bfloat16 one is rounded) and no variable given twice (its second
+    entry's commit would overwrite the first's)."""
+    if not reductions.in_xla():
+        return False
+    indices = [e.state_index for e in layout.entries]
+    float32 = all(tf.as_dtype(state.deficits[i].dtype) == tf.float32 for i in indices)
+    return float32 and len(set(indices)) == len(indices)
+
+
 def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
     """Writes the momentum state of ``commit`` (None: nothing to write); returns
-    ``factors``, or under XLA (float32 deficits) ``factors`` with the smoothed factors of
-    the dense blocks taken again from the deficits as stored: ``1 - d_t / c_t``, where a
+    ``factors``, or under XLA (:func:`_reads_back`) ``factors`` with the smoothed factors
+    of the dense blocks taken again from the deficits as stored: ``1 - d_t / c_t``, where a
     step that commits has written ``d_t``, and from ``d_{t-1}`` and the factor recomputed
     from ``S1`` and ``S2`` where it has not (the same values). The previous deficits are
     then read only by the loop that writes the new ones, and XLA does not write the factor
@@ -368,7 +380,7 @@ def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
         settings.beta_3,
         commit.predicate,
     )
-    if not reductions.in_xla() or settings.state_dtype != "float32":
+    if not _reads_back(layout, state):
         return factors
     again = commit.applied_from(state_lib.read(layout, state, summed.rows).deficits)
     applied = [
@@ -454,14 +466,14 @@ def _split_half_rows(layout, summed, plan, report, rtol) -> tf.Tensor:
 def _in_branch(layout, state, summed, factors, commit, settings, record):
     """``fn() -> factors`` for the recording branch: ``factors``, or under XLA on a step
     that records only some steps (``record`` a tensor: ``statistics_interval > 1``; no
-    factor transforms, float32 deficits) the same factors taken again inside the branch
+    factor transforms; :func:`_reads_back`) the same factors taken again inside the branch
     from ``S1``, ``S2`` and the stored deficits, so that the branch's operands are the sums
     and per-variable scalars and no factor is written out on a step that does not record
     (``docs/cost_model.md`` section 6.2). Recording on every step, the branch is taken on
     every finite step and the factors already made are cheaper to pass in."""
     if not tf.is_tensor(record) or not reductions.in_xla() or settings.factor_transforms:
         return lambda: factors
-    if commit is not None and settings.state_dtype != "float32":
+    if commit is not None and not _reads_back(layout, state):
         return lambda: factors
 
     def again():
