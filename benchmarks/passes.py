@@ -19,6 +19,9 @@ steps, each a ``tf.function`` (graph mode, then ``jit_compile=True``):
   floor  the fused floor (issue 39): :func:`floor_step`, the same GSNR math as one minimal
          function per variable (reads ``S1``, ``S2`` and the deficit, one reduction, writes
          the deficit and ``f * S1``), no optimizer;
+  cluster_smoothed  ``stage_smoothed`` compiled as an XLA cluster (``jit_compile=True``)
+         called from this mode's function: in graph mode, what an XLA cluster around the
+         GSNR math would cost (issue 39);
   stage_<s>  the library's GSNR step alone (``vrgd_tf.gsnr``'s stage functions, no
          optimizer), cumulatively up to stage ``s`` of :data:`STAGES` (``sums``, ``factors``,
          ``smoothed``, ``recorded``), and ``stage_library``, ``variance_reduce`` itself; each
@@ -304,10 +307,10 @@ def _steps(shapes, grads, squares, weights, jit_compile):
     def floor():
         floor_step(grads, squares, floor_d, floor_c, floor_o, k, 0.1, 0.9, settings.rtol)
 
-    def prefix(stage):
+    def prefix_of(stage, key):
         def fn():
             g, q = [x.read_value() for x in grads], [x.read_value() for x in squares]
-            o, st = stage_o[stage], stage_states[stage]
+            o, st = stage_o[key], stage_states[key]
             if stage == "library":
                 library_step(g, q, stage_w, st, o, k, settings)
             else:
@@ -315,10 +318,19 @@ def _steps(shapes, grads, squares, weights, jit_compile):
 
         return fn
 
+    def prefix(stage):
+        return prefix_of(stage, stage)
+
     fns = {"pass": copy, "lamb": base, "vrgd": vr, "vrgd_nostats": vr_nostats}
     fns.update({"vrgd_default": vr_default, "floor": floor})
     fns.update({f"stage_{s}": prefix(s) for s in STAGES + ("library",)})
-    return {k: tf.function(f, jit_compile=jit_compile) for k, f in fns.items()}, vrgd
+    out = {k: tf.function(f, jit_compile=jit_compile) for k, f in fns.items()}
+    # The step through the smoothing as an XLA cluster called from this mode's function
+    # (issue 39: what a cluster around the GSNR math would cost in graph mode).
+    stage_states["cluster"], stage_o["cluster"] = _plain_state(stage_w, 0.9), fresh(weights)
+    cluster = tf.function(prefix_of("smoothed", "cluster"), jit_compile=True)
+    out["cluster_smoothed"] = tf.function(lambda: cluster(), jit_compile=jit_compile)
+    return out, vrgd
 
 
 def _cpu_seconds():
@@ -363,6 +375,7 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
                 "gsnr_default_passes": (t["vrgd_default"] - t["lamb"]) / t["pass"],
                 "floor_passes": t["floor"] / t["pass"],
                 "stage_passes": {s: t[f"stage_{s}"] / t["pass"] for s in STAGES + ("library",)},
+                "cluster_smoothed_passes": t["cluster_smoothed"] / t["pass"],
             }
         stats = optimizers[jit].vrgd_statistics()
         row["mean_factor"] = float(np.mean([s["mean_factor"] for s in stats.values()]))
@@ -373,7 +386,8 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
             f"{med['gsnr_passes']:.1f} (min-based {row['min']['gsnr_passes']:.1f}; mean factor "
             f"{row['mean_factor']:.3f}); without statistics {med['gsnr_nostats_passes']:.1f}; "
             f"with the defaults {med['gsnr_default_passes']:.1f}; "
-            f"fused floor {med['floor_passes']:.1f}; library stages (cumulative) "
+            f"fused floor {med['floor_passes']:.1f}; through the smoothing as an XLA "
+            f"cluster {med['cluster_smoothed_passes']:.1f}; library stages (cumulative) "
             + ", ".join(f"{s} {v:.1f}" for s, v in med["stage_passes"].items())
         )
         rows.append(row)
