@@ -65,6 +65,43 @@ class FakeReplicaContext:
         return out
 
 
+def _run_steps(variables, steps, jit, state_dtype="float32", record_at=None):
+    """``variance_reduce`` (``gamma=0.1, beta_3=0.9``) over ``steps`` (per step, per
+    variable: float32 ``[k, *shape]``, replica 0's own, the others' through
+    :class:`FakeReplicaContext`) on a fresh state, each step one ``tf.function``
+    (``jit_compile=jit``); records on step ``record_at`` (a tensor predicate; never if
+    None). Returns the outputs and the deficits after each step, and the last statistics."""
+    k = steps[0][0].shape[0]
+    state = gsnr.VRGDState(
+        lambda kind, i, shape, ref_: tf.Variable(
+            tf.zeros(shape, gsnr.state.variable_dtype(kind, state_dtype)), name=kind
+        ),
+        id,
+        0.9,
+        state_dtype=state_dtype,
+    )
+    state.add_variables(variables)
+    outs, deficits = [], []
+    for step, g in enumerate(steps):
+        ctx = FakeReplicaContext([[x[d] for x in g] for d in range(1, k)])
+
+        def fn(record, *mine):
+            return gsnr.variance_reduce(
+                list(mine),
+                variables,
+                settings=gsnr.VRGDSettings(gamma=0.1, beta_3=0.9),
+                state=state,
+                replica_context=ctx,
+                record_statistics=record,
+            )
+
+        mine = [tf.constant(x[0]) for x in g]
+        out = tf.function(fn, jit_compile=jit)(tf.constant(step == record_at), *mine)
+        outs.append([o.numpy() for o in out])
+        deficits.append([d.numpy() for d in state.deficits])
+    return outs, deficits, [v.numpy() for v in state.statistics]
+
+
 class XlaTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(sorted(KERAS3))
     def test_keras3_step_compiles_and_matches(self, name):
@@ -174,31 +211,10 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
                 g = {n: np.repeat(v[:1], k, 0) for n, v in g.items()}  # no GSNR
             steps.append(g)
         variables = [tf.Variable(tf.zeros(shapes[n]), name=n) for n in names]
+        per_step = [[g[n] for n in names] for g in steps]
 
-        def run(jit):
-            state = gsnr.VRGDState(
-                lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind), id, 0.9
-            )
-            state.add_variables(variables)
-            outs, deficits = [], []
-            for step, g in enumerate(steps):
-                ctx = FakeReplicaContext([[g[n][d] for n in names] for d in range(1, k)])
-
-                def fn(record, *mine):
-                    return gsnr.variance_reduce(
-                        list(mine),
-                        variables,
-                        settings=gsnr.VRGDSettings(gamma=0.1, beta_3=0.9),
-                        state=state,
-                        replica_context=ctx,
-                        record_statistics=record,  # a tensor, as statistics_interval > 1
-                    )
-
-                mine = [tf.constant(g[n][0]) for n in names]
-                out = tf.function(fn, jit_compile=jit)(tf.constant(step == 4), *mine)
-                outs.append([o.numpy() for o in out])
-                deficits.append([d.numpy() for d in state.deficits])
-            return outs, deficits, [v.numpy() for v in state.statistics]
+        def run(jit):  # a tensor record_statistics, as with statistics_interval > 1
+            return _run_steps(variables, per_step, jit, record_at=4)
 
         (xla, xla_d, xla_s), (graph, graph_d, graph_s) = run(True), run(False)
         for i, n in enumerate(names):
@@ -231,32 +247,7 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
             ]
 
             def run(jit):
-                state = gsnr.VRGDState(
-                    lambda kind, i, shape, ref_: tf.Variable(
-                        tf.zeros(shape, gsnr.state.variable_dtype(kind, state_dtype)), name=kind
-                    ),
-                    id,
-                    0.9,
-                    state_dtype=state_dtype,
-                )
-                state.add_variables(variables)
-                outs = []
-                for g in steps:
-                    ctx = FakeReplicaContext([[x[d] for x in g] for d in range(1, k)])
-
-                    def fn(*mine):
-                        return gsnr.variance_reduce(
-                            list(mine),
-                            variables,
-                            settings=gsnr.VRGDSettings(gamma=0.1, beta_3=0.9),
-                            state=state,
-                            replica_context=ctx,
-                            record_statistics=False,
-                        )
-
-                    out = tf.function(fn, jit_compile=jit)(*[tf.constant(x[0]) for x in g])
-                    outs.append([o.numpy() for o in out])
-                return outs
+                return _run_steps(variables, steps, jit, state_dtype=state_dtype)[0]
 
             for xla, graph in zip(run(True), run(False)):
                 for a, b in zip(xla, graph):

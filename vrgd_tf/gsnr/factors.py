@@ -87,7 +87,16 @@ def reapplied(s1, s2, k, gamma, threshold, mean_ratio, sizes=None) -> tf.Tensor:
     """:func:`factor`'s ``factor`` taken again from ``S1``, ``S2`` and its ``mean_ratio``
     (the same operations on the same values): for a second consumer under XLA, which
     then recomputes it in its own loop instead of reading it back (``docs/cost_model.md``
-    section 6.2)."""
+    section 6.2).
+
+    Args:
+      s1, s2, k, gamma, threshold, sizes: as for :func:`factor`.
+      mean_ratio: float32 scalar (``[v]`` for a block of ``v`` packed variables),
+        ``factor(...).mean_ratio`` of the same sums.
+
+    Returns:
+      float32 ``[size]`` in ``[gamma, 1]``, equal to ``factor(...).factor``.
+    """
     safe_mean_ratio, low = _scale(mean_ratio, gamma)
     defined, ratio = _ratio(s1, s2, k, threshold)
     return _applied(defined, ratio, safe_mean_ratio, low, sizes)
