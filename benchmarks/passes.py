@@ -218,7 +218,8 @@ def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
             factors = step_lib._commit(layout, state, summed, factors, commit, settings)
         if level >= 3:
             again = step_lib._in_branch(layout, state, summed, factors, commit, settings, True)
-            step_lib._record(layout, state, summed, plan, factors, report, True, settings, again)
+            rows = step_lib._rows(layout, state, summed, plan, report, settings, again)
+            step_lib._record(layout, state, report, True, rows)
         applied = factors.applied
     for o, out in zip(outputs, step_lib._outputs(layout, summed, applied)):
         o.assign(out)

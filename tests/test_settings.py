@@ -23,6 +23,7 @@ KEYS = (
     "split_half",
     "sparse_statistics",
     "pack_limit",
+    "xla_cluster",
 )
 
 
@@ -45,6 +46,7 @@ class SettingsTest(tf.test.TestCase):
                 split_half=False,
                 sparse_statistics="rows",
                 pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
+                xla_cluster="auto",
             ),
         )
         # One record: the step's is the users' (no second record translated by hand).
@@ -62,6 +64,7 @@ class SettingsTest(tf.test.TestCase):
             (dict(split_half=1), TypeError, "`split_half` must be a bool"),
             (dict(sparse_statistics="sparse"), ValueError, "`sparse_statistics` must be one"),
             (dict(pack_limit=-1), ValueError, "`pack_limit` must be an int >= 0"),
+            (dict(xla_cluster="yes"), ValueError, "`xla_cluster` must be one of"),
             (dict(split_half=True, statistics_interval=0), ValueError, "`split_half=True` needs"),
         ):
             with self.assertRaisesRegex(error, text):
@@ -101,6 +104,7 @@ class SettingsTest(tf.test.TestCase):
                     split_half=False,
                     sparse_statistics="rows",
                     pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
+                    xla_cluster="auto",
                 ),
             )
             self.assertEqual(
@@ -129,6 +133,7 @@ class SettingsTest(tf.test.TestCase):
                 split_half=False,
                 sparse_statistics="rows",
                 pack_limit=vrgd_tf.gsnr.PACK_LIMIT,
+                xla_cluster="auto",
                 name="agg",
             ),
         )

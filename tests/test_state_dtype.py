@@ -119,7 +119,7 @@ class DefaultTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(
             settings.CONFIG_KEYS,
             ("gamma", "beta_3", "statistics_interval", "squares_dtype", "state_dtype")
-            + ("split_half", "sparse_statistics", "pack_limit"),
+            + ("split_half", "sparse_statistics", "pack_limit", "xla_cluster"),
         )
 
     def test_a_keras_file_of_an_earlier_release_loads_with_float32_state(self):

@@ -24,6 +24,8 @@ __all__ = [
     "STATE_DTYPES",
     "SPARSE_STATISTICS",
     "STATISTICS_INTERVAL",
+    "XLA_CLUSTERS",
+    "XLA_CLUSTER_MIN",
     "VRGDSettings",
     "noise_rtol",
 ]
@@ -55,6 +57,11 @@ PACK_LIMIT = 16384
 #: (``GSNRTensorBoard``'s default ``update_freq``), so a user who reads them rarely does not
 #: pay for them on every step (issue 39; before, every step: 1).
 STATISTICS_INTERVAL = 100
+#: The values of ``xla_cluster``.
+XLA_CLUSTERS = ("auto", "always", "never")
+#: ``xla_cluster="auto"`` clusters a step whose dense statistics hold at least this many
+#: elements (1 MiB of float32): below it a memory pass costs less than the ops' launches.
+XLA_CLUSTER_MIN = 2**18
 
 #: Allowed values of ``squares_dtype``: the dtype the squares are all-reduced in.
 SQUARES_DTYPES = ("float32", "bfloat16")
@@ -237,6 +244,23 @@ def validate_sparse_statistics(sparse_statistics) -> str:
     return sparse_statistics
 
 
+def validate_xla_cluster(xla_cluster) -> str:
+    """Checks ``xla_cluster``, one of ``XLA_CLUSTERS`` (True and False stand for
+    ``"always"`` and ``"never"``).
+
+    Raises:
+      ValueError: another value (the message names the argument and the allowed ones).
+    """
+    if xla_cluster is True or xla_cluster is False:
+        return "always" if xla_cluster else "never"
+    if not isinstance(xla_cluster, str) or xla_cluster not in XLA_CLUSTERS:
+        raise ValueError(
+            "`xla_cluster` must be one of "
+            f"{', '.join(repr(s) for s in XLA_CLUSTERS)} (or True/False); got {xla_cluster!r}."
+        )
+    return xla_cluster
+
+
 def _non_negative_int(value, name: str, zero: str) -> int:
     """``value`` as an int >= 0, or the TypeError (not an int; bools refused) or ValueError
     (negative) naming ``name`` and what 0 means (``zero``)."""
@@ -401,6 +425,21 @@ class VRGDSettings:
         "small variables; the step's outputs and state the same bit for bit outside XLA, to "
         "float32 rounding under XLA (``docs/spec.md`` section 1); 0 packs none (for comparisons and "
         "benchmarks). TensorFlow only.",
+    )
+    xla_cluster: str = _setting(
+        "auto",
+        validate_xla_cluster,
+        '``"auto"``, ``"always"`` or ``"never"`` (True/False: always/never): whether a step '
+        "that XLA does not compile already (graph mode: tf_keras, Model Garden off TPU, a "
+        "``tf.function`` custom loop) runs the GSNR math between the collectives and the base "
+        "optimizer, the momentum state's commit included, as one XLA cluster "
+        "(``tf.function(jit_compile=True)``): some 7 memory passes per element instead of "
+        "some 16 (``docs/cost_model.md`` section 6.3), for one compilation per traced step. "
+        '``"auto"`` clusters where the dense statistics hold at least ``XLA_CLUSTER_MIN`` '
+        "(2**18) elements and there are no ``factor_transforms`` (``always`` runs them "
+        "in the cluster: they must then compile with XLA). The values are the same to "
+        "float32 rounding (XLA's fusions); ``gamma=1, beta_3=0`` is the base bit for bit "
+        "either way. The diagnostics are recorded outside the cluster. TensorFlow only.",
     )
 
     def __post_init__(self):

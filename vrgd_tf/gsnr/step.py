@@ -18,7 +18,7 @@ from vrgd_tf.gsnr import factors as factors_lib
 from vrgd_tf.gsnr import layout as layout_lib
 from vrgd_tf.gsnr import samples as samples_lib
 from vrgd_tf.gsnr import state as state_lib
-from vrgd_tf.gsnr.options import NOISE_RTOL, VRGDSettings
+from vrgd_tf.gsnr.options import NOISE_RTOL, XLA_CLUSTER_MIN, VRGDSettings
 from vrgd_tf.gsnr.samples import GroupSquares
 from vrgd_tf.gsnr.statistics import NUM_STATISTICS, statistics
 
@@ -296,17 +296,15 @@ class _Commit(NamedTuple):
     """The momentum state a step writes (``beta_3 > 0``).
 
     Attributes:
-      deficits: the new ``d_t`` per block, float32 ``[size]``.
+      deficits: the new ``d_t`` per block, float32 ``[size]`` (None where only the
+        stored ones are read: :func:`_applied_from`).
       corrections: the new ``c_t`` per block (``[v]`` for a pack).
       predicate: scalar bool, whether to write them (a finite step with a GSNR).
-      applied_from: ``fn(stored) -> applied``: the smoothed factor of every block again,
-        from the deficits read back after the commit (see :func:`_commit`).
     """
 
-    deficits: List[tf.Tensor]
+    deficits: Optional[List[tf.Tensor]]
     corrections: List[tf.Tensor]
     predicate: tf.Tensor
-    applied_from: object
 
 
 def _smoothed(layout, state, summed, raw, report, settings):
@@ -329,32 +327,39 @@ def _smoothed(layout, state, summed, raw, report, settings):
         p_hat, new_deficit = smoothing.smooth(f.factor, d, c, beta_3, gamma)
         applied.append(p_hat)
         deficits.append(new_deficit)
-    predicate = tf.logical_and(report.finite, measured)
-
-    def applied_from(stored):
-        k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
-        out = []
-        for b, f, s1, s2, d, c, t in zip(
-            layout.blocks, raw, summed.s1, summed.s2, stored, divisors, thresholds
-        ):
-            s1, s2, d = reductions.recompute_after(s1, s2, d)
-            factor = factors_lib.reapplied(s1, s2, k, gamma, t, f.mean_ratio, _pieces(b))
-            # Not committed (not finite, or no GSNR): the stored deficit is d_{t-1}.
-            d = tf.where(predicate, d, smoothing.smooth(factor, d, c, beta_3, gamma)[1])
-            out.append(smoothing.corrected(d, c, gamma))
-        return out
-
-    commit = _Commit(deficits, corrections, predicate, applied_from)
+    commit = _Commit(deficits, corrections, tf.logical_and(report.finite, measured))
     return _Factors(raw, applied, corrections), commit
+
+
+def _applied_from(layout, summed, raw, commit, settings, stored) -> List[tf.Tensor]:
+    """The smoothed factor of every block again, from the deficits ``stored`` (read back
+    after the commit): ``1 - d_t / c_t`` where the step committed ``d_t``; where it did not
+    (not finite, or no GSNR) ``stored`` is ``d_{t-1}`` and ``d_t`` is taken from it and the
+    factor recomputed from ``S1``, ``S2`` and ``raw``'s ``mean_ratio`` (the same values)."""
+    beta_3, gamma = settings.beta_3, settings.gamma
+    k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
+    out = []
+    for b, f, s1, s2, d, c, t in zip(
+        layout.blocks, raw, summed.s1, summed.s2, stored, commit.corrections, thresholds
+    ):
+        c = packing.per_element(c, _pieces(b))
+        s1, s2, d = reductions.recompute_after(s1, s2, d)
+        factor = factors_lib.reapplied(s1, s2, k, gamma, t, f.mean_ratio, _pieces(b))
+        d = tf.where(commit.predicate, d, smoothing.smooth(factor, d, c, beta_3, gamma)[1])
+        out.append(smoothing.corrected(d, c, gamma))
+    return out
 
 
 def _reads_back(layout, state) -> bool:
     """Whether the step takes its smoothed factors from the deficits as stored (under XLA,
-    :func:`_commit`): only where a stored deficit is the ``d_t`` the step computed, i.e.
-    float32 deficits (a bfloat16 one is rounded) and no variable given twice (its second
-    entry's commit would overwrite the first's)."""
-    if not reductions.in_xla():
-        return False
+    :func:`_commit`): only there and where :func:`_stores_d_t`."""
+    return reductions.in_xla() and _stores_d_t(layout, state)
+
+
+def _stores_d_t(layout, state) -> bool:
+    """Whether every stored deficit is the ``d_t`` the step computed: float32 deficits (a
+    bfloat16 one is rounded) and no variable given twice (its second entry's commit would
+    overwrite the first's)."""
     indices = [e.state_index for e in layout.entries]
     float32 = all(tf.as_dtype(state.deficits[i].dtype) == tf.float32 for i in indices)
     return float32 and len(set(indices)) == len(indices)
@@ -382,7 +387,8 @@ def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
     )
     if not _reads_back(layout, state):
         return factors
-    again = commit.applied_from(state_lib.read(layout, state, summed.rows).deficits)
+    stored = state_lib.read(layout, state, summed.rows).deficits
+    again = _applied_from(layout, summed, factors.raw, commit, settings, stored)
     applied = [
         a if b.path == layout_lib.SPARSE_ROWS else x
         for b, a, x in zip(layout.blocks, factors.applied, again)
@@ -467,51 +473,151 @@ def _in_branch(layout, state, summed, factors, commit, settings, record):
     """``fn() -> factors`` for the recording branch: ``factors``, or under XLA on a step
     that records only some steps (``record`` a tensor: ``statistics_interval > 1``; no
     factor transforms; :func:`_reads_back`) the same factors taken again inside the branch
-    from ``S1``, ``S2`` and the stored deficits, so that the branch's operands are the sums
-    and per-variable scalars and no factor is written out on a step that does not record
-    (``docs/cost_model.md`` section 6.2). Recording on every step, the branch is taken on
-    every finite step and the factors already made are cheaper to pass in."""
+    from ``S1``, ``S2`` and the stored deficits (:func:`_refilled`), so that the branch's
+    operands are the sums and per-variable scalars and no factor is written out on a step
+    that does not record (``docs/cost_model.md`` section 6.2). Recording on every step, the
+    branch is taken on every finite step and the factors already made are cheaper to pass
+    in."""
     if not tf.is_tensor(record) or not reductions.in_xla() or settings.factor_transforms:
         return lambda: factors
     if commit is not None and not _reads_back(layout, state):
         return lambda: factors
-
-    def again():
-        k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
-        raw = [
-            f
-            if b.path == layout_lib.SPARSE_ROWS
-            else f._replace(
-                factor=factors_lib.reapplied(s1, s2, k, settings.gamma, t, f.mean_ratio, _pieces(b))
-            )
-            for b, f, s1, s2, t in zip(layout.blocks, factors.raw, summed.s1, summed.s2, thresholds)
-        ]
-        if commit is None:
-            return factors._replace(raw=raw, applied=[f.factor for f in raw])
-        stored = commit.applied_from(state_lib.read(layout, state, summed.rows).deficits)
-        applied = [
-            a if b.path == layout_lib.SPARSE_ROWS else x
-            for b, a, x in zip(layout.blocks, factors.applied, stored)
-        ]
-        return factors._replace(raw=raw, applied=applied)
-
-    return again
+    dense = [b.path != layout_lib.SPARSE_ROWS for b in layout.blocks]
+    blank = factors._replace(
+        raw=[f._replace(factor=None) if d else f for d, f in zip(dense, factors.raw)],
+        applied=[None if d else a for d, a in zip(dense, factors.applied)],
+    )
+    return lambda: _refilled(layout, state, summed, blank, commit, settings)
 
 
-def _record(layout, state, summed, plan, factors, report, record, settings, again=None) -> None:
-    """Records the diagnostics and the split-half reliability on a recording step
-    (``record``: Python bool or scalar bool tensor) with finite sums; each row is computed
-    inside its branch (``again``: None, or ``fn() -> factors`` that gives the step's
-    factors there: :func:`_in_branch`)."""
+def _refilled(layout, state, summed, factors, commit, settings) -> _Factors:
+    """``factors`` with each missing (None) raw factor taken again from ``S1``, ``S2`` and
+    its ``mean_ratio``, and each missing applied factor from the stored deficits
+    (:func:`_applied_from`; the raw factor without ``beta_3``): the same values."""
+    k, thresholds = tf.maximum(summed.count, 1.0), _thresholds(layout, summed, settings)
+    raw = [
+        f
+        if f.factor is not None
+        else f._replace(
+            factor=factors_lib.reapplied(s1, s2, k, settings.gamma, t, f.mean_ratio, _pieces(b))
+        )
+        for b, f, s1, s2, t in zip(layout.blocks, factors.raw, summed.s1, summed.s2, thresholds)
+    ]
+    if all(a is not None for a in factors.applied):
+        return factors._replace(raw=raw)
+    if commit is None:
+        again = [f.factor for f in raw]
+    else:
+        stored = state_lib.read(layout, state, summed.rows).deficits
+        again = _applied_from(layout, summed, factors.raw, commit, settings, stored)
+    applied = [x if a is None else a for a, x in zip(factors.applied, again)]
+    return factors._replace(raw=raw, applied=applied)
+
+
+class _Math(NamedTuple):
+    """What the GSNR math of a step takes besides the settings (:func:`_gsnr_math`)."""
+
+    layout: object
+    state: object
+    summed: samples_lib.Summed
+    plan: object
+    count_given: bool
+    variables: List
+    step: object
+
+
+def _gsnr_math(math, settings):
+    """``(outputs, factors, commit, report)``: the factors from the sums, the momentum
+    (its state committed), the factor transforms and the outputs ``f * S1``."""
+    layout, state, summed = math.layout, math.state, math.summed
+    raw = _factors(layout, summed, settings)
+    report = _report(layout, summed, raw, math.plan, math.count_given)
+    factors, commit = _smoothed(layout, state, summed, raw, report, settings)
+    factors = _commit(layout, state, summed, factors, commit, settings)
+    factors = _transformed(layout, summed, factors, report, math.variables, settings, math.step)
+    report = _with_transforms_finite(report, factors, settings)
+    return _outputs(layout, summed, factors.applied), factors, commit, report
+
+
+def _clusters(layout, settings) -> bool:
+    """Whether the step runs its GSNR math as an XLA cluster (``settings.xla_cluster``):
+    never where XLA compiles the step already or in eager execution; ``"auto"`` where the
+    dense statistics hold at least ``XLA_CLUSTER_MIN`` elements and there are no factor
+    transforms."""
+    if settings.xla_cluster == "never" or reductions.in_xla() or tf.executing_eagerly():
+        return False
+    if settings.xla_cluster == "always":
+        return True
+    size = sum(e.size for e in layout.entries if e.path != layout_lib.SPARSE_ROWS)
+    return size >= XLA_CLUSTER_MIN and not settings.factor_transforms
+
+
+def _clustered(math, settings, record):
+    """:func:`_gsnr_math` as one ``tf.function(jit_compile=True)`` (an XLA cluster in a
+    graph): ``(outputs, report, rows)`` (``rows`` as :func:`_rows`). The cluster returns
+    the outputs, the report's tensors and, recording on every step (``record`` True), the
+    diagnostics' rows; on a step that records only some steps, the per-variable scalars
+    of the raw factors and the momentum's ``c_t`` and predicate, and the recording branch
+    takes the factors again from them (:func:`_refilled`), except where it cannot (a
+    stored deficit that is not ``d_t``: :func:`_stores_d_t`; factor transforms) and for the
+    sparse rows, whose factors leave the cluster."""
+    layout, state, summed, box = math.layout, math.state, math.summed, {}
+    keep = record is not False and record is not True and bool(settings.factor_transforms)
+    if record is not False and record is not True and settings.beta_3 > 0.0:
+        keep = keep or not _stores_d_t(layout, state)
+    leaves = [keep or b.path == layout_lib.SPARSE_ROWS for b in layout.blocks]
+
+    def traced():
+        outputs, factors, commit, report = _gsnr_math(math, settings)
+        box["report"] = report
+        tensors = {k: v for k, v in report._asdict().items() if tf.is_tensor(v)}
+        box["shapes"] = [getattr(o, "dense_shape", None) for o in outputs]
+        outputs = [(o.values, o.indices) if _sliced(o) else o for o in outputs]
+        if record is True:
+            rows = _rows(layout, state, summed, math.plan, report, settings, lambda: factors)
+            return outputs, tensors, (rows[0](), rows[1]())
+        factors = factors._replace(
+            raw=[f if k else f._replace(factor=None) for k, f in zip(leaves, factors.raw)],
+            applied=[a if k else None for k, a in zip(leaves, factors.applied)],
+        )
+        return outputs, tensors, (factors, commit and commit._replace(deficits=None))
+
+    outputs, tensors, out = tf.function(traced, jit_compile=True, autograph=False)()
+    outputs = [  # a static dense shape does not leave a tf.function
+        tf.IndexedSlices(*o, shape) if shape is not None else o
+        for o, shape in zip(outputs, box["shapes"])
+    ]
+    report = box["report"]._replace(**tensors)
+    if record is True:
+        return outputs, report, (lambda: out[0], lambda: out[1])
+    again = lambda: _refilled(layout, state, summed, *out, settings)  # noqa: E731
+    return outputs, report, _rows(layout, state, summed, math.plan, report, settings, again)
+
+
+def _sliced(x) -> bool:
+    return isinstance(x, tf.IndexedSlices)
+
+
+def _rows(layout, state, summed, plan, report, settings, again):
+    """``(statistics, split_half)``: ``fn() -> rows`` each, the diagnostics and the
+    split-half reliability of the step (``again``: ``fn() -> factors`` that gives the
+    step's factors where it is called: :func:`_in_branch`, :func:`_refilled`)."""
+    statistics_rows = lambda: _statistics_rows(  # noqa: E731
+        layout, state, summed, again(), report, settings.gamma
+    )
+    return statistics_rows, lambda: _split_half_rows(layout, summed, plan, report, settings.rtol)
+
+
+def _record(layout, state, report, record, rows) -> None:
+    """Records the diagnostics and the split-half reliability (``rows``, from
+    :func:`_rows`) on a recording step (``record``: Python bool or scalar bool tensor) with
+    finite sums; each row is computed inside its branch."""
     if record is False:
         return
     predicate = report.finite if record is True else tf.logical_and(record, report.finite)
     indices = [e.state_index for e in layout.entries]
-    again = again or (lambda: factors)
-    rows = lambda: _statistics_rows(layout, state, summed, again(), report, settings.gamma)  # noqa: E731
-    state_lib.record(state, indices, rows, predicate)
-    halves_rows = lambda: _split_half_rows(layout, summed, plan, report, settings.rtol)  # noqa: E731
-    state_lib.record(state, indices, halves_rows, predicate, kind="split_half")
+    state_lib.record(state, indices, rows[0], predicate)
+    state_lib.record(state, indices, rows[1], predicate, kind="split_half")
 
 
 def _outputs(layout, summed, applied) -> List:
@@ -653,12 +759,12 @@ def variance_reduce(
     local = halves.with_half(plan, local, ctx)
     reduced = collectives.all_reduce_samples(local, ctx, settings.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
-    raw = _factors(layout, summed, settings)
-    report = _report(layout, summed, raw, plan, squares.count is not None)
-    factors, commit = _smoothed(layout, state, summed, raw, report, settings)
-    factors = _commit(layout, state, summed, factors, commit, settings)
-    factors = _transformed(layout, summed, factors, report, variables, settings, step)
-    report = _with_transforms_finite(report, factors, settings)
-    again = _in_branch(layout, state, summed, factors, commit, settings, record_statistics)
-    _record(layout, state, summed, plan, factors, report, record_statistics, settings, again)
-    return ReducedGradients(_outputs(layout, summed, factors.applied), report)
+    math = _Math(layout, state, summed, plan, squares.count is not None, variables, step)
+    if _clusters(layout, settings):
+        outputs, report, rows = _clustered(math, settings, record_statistics)
+    else:
+        outputs, factors, commit, report = _gsnr_math(math, settings)
+        again = _in_branch(layout, state, summed, factors, commit, settings, record_statistics)
+        rows = _rows(layout, state, summed, plan, report, settings, again)
+    _record(layout, state, report, record_statistics, rows)
+    return ReducedGradients(outputs, report)
