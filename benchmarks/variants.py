@@ -23,6 +23,8 @@ Variants (``make_keras_variant(name, ...)`` / ``make_tf_keras_variant``):
   vr_default      the library's VR class with its defaults (``statistics_interval=100``:
                   the recording branch is in the step and taken on one step in 100): what
                   a user who changes nothing pays (issue 39's targets);
+  vr_unclustered  ``vr_default`` with ``xla_cluster="never"``: the GSNR math op by op in
+                  graph mode (``vr_default`` minus it is what the XLA cluster saves);
   vr_unpacked     ``vr`` with the aggregator's ``pack_limit=0``: every gradient its own
                   tensor and element-wise ops (VR minus ``vr_unpacked`` is what packing the
                   small variables saves; the values are the same bit for bit);
@@ -46,6 +48,7 @@ VR_VARIANTS = {
     "vr": {"statistics_interval": 1},
     "vr_nostats": {"statistics_interval": 0},
     "vr_default": {},
+    "vr_unclustered": {"xla_cluster": "never"},
     "vr_bf16": {"statistics_interval": 1, "squares_dtype": "bfloat16"},
     "vr_nostats_bf16": {"statistics_interval": 0, "squares_dtype": "bfloat16"},
     "vr_beta3_0": {"statistics_interval": 1, "beta_3": 0.0},
