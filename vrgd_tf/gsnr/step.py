@@ -2,9 +2,10 @@
 
 layout (Python, once per trace) -> this replica's samples -> the collectives -> the sums per
 entry -> factors -> smoothing (reads and commits the momentum state) -> factor transforms ->
-diagnostics (recorded) -> output ``f * S1``. It returns the gradients with a
-:class:`StepReport`; the caller (:class:`vrgd_tf.GSNRAggregator`) turns the report into
-warnings.
+diagnostics (recorded) -> output ``f * S1``; in graph mode the stages from the factors to the
+output may run as one XLA cluster (``xla_cluster``, :func:`_clustered`). It returns the
+gradients with a :class:`StepReport`; the caller (:class:`vrgd_tf.GSNRAggregator`) turns the
+report into warnings.
 """
 
 from typing import List, Mapping, NamedTuple, Optional, Sequence
@@ -713,7 +714,8 @@ def variance_reduce(
         ``count``, None (inferred) or this replica's contributing samples (an int in
         ``[0, m]`` or a scalar tensor).
       settings: the :class:`vrgd_tf.settings.VRGDSettings` (``gamma``, ``beta_3``,
-        ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``, ``pack_limit``;
+        ``squares_dtype``, ``factor_transforms``, ``sparse_statistics``, ``pack_limit``,
+        ``xla_cluster``: in graph mode the math after the collectives as one XLA cluster;
         ``split_half`` with ``statistics_interval`` set the split-half subsample's
         stride). Default ``VRGDSettings()``. Which steps record is the caller's
         (``record_statistics``).
