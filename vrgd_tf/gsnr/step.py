@@ -563,9 +563,8 @@ def _clustered(math, settings, record):
     stored deficit that is not ``d_t``: :func:`_stores_d_t`; factor transforms) and for the
     sparse rows, whose factors leave the cluster."""
     layout, state, summed, box = math.layout, math.state, math.summed, {}
-    keep = record is not False and record is not True and bool(settings.factor_transforms)
-    if record is not False and record is not True and settings.beta_3 > 0.0:
-        keep = keep or not _stores_d_t(layout, state)
+    stored_is_d_t = settings.beta_3 == 0.0 or _stores_d_t(layout, state)
+    keep = tf.is_tensor(record) and (bool(settings.factor_transforms) or not stored_is_d_t)
     leaves = [keep or b.path == layout_lib.SPARSE_ROWS for b in layout.blocks]
 
     def traced():
@@ -573,7 +572,7 @@ def _clustered(math, settings, record):
         box["report"] = report
         tensors = {k: v for k, v in report._asdict().items() if tf.is_tensor(v)}
         box["shapes"] = [getattr(o, "dense_shape", None) for o in outputs]
-        outputs = [(o.values, o.indices) if _sliced(o) else o for o in outputs]
+        outputs = [(o.values, o.indices) if isinstance(o, tf.IndexedSlices) else o for o in outputs]
         if record is True:
             rows = _rows(layout, state, summed, math.plan, report, settings, lambda: factors)
             return outputs, tensors, (rows[0](), rows[1]())
@@ -593,10 +592,6 @@ def _clustered(math, settings, record):
         return outputs, report, (lambda: out[0], lambda: out[1])
     again = lambda: _refilled(layout, state, summed, *out, settings)  # noqa: E731
     return outputs, report, _rows(layout, state, summed, math.plan, report, settings, again)
-
-
-def _sliced(x) -> bool:
-    return isinstance(x, tf.IndexedSlices)
 
 
 def _rows(layout, state, summed, plan, report, settings, again):
