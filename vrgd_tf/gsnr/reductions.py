@@ -8,6 +8,13 @@ one variadic XLA ``Reduce`` (a single pass over the elements), measured in
 ``benchmarks/passes.py``. The variadic reduce is TensorFlow's ``XlaVariadicReduceV2`` op
 (``tensorflow.compiler.tf2xla``, in every supported TensorFlow); without it the sums fall
 back to separate reductions.
+
+XLA on CPU adds a variadic reduce's elements in sequence, so a float32 sum of ``n`` similar
+values drifts by up to about ``n`` roundings, all one way (a 262,144-element sum of a factor
+mostly at ``gamma`` was 7e-5 off, 1e-3 at 4M elements). Above ``BLOCK`` elements the values
+are therefore viewed as ``[n / b, b]`` rows (``b`` a divisor of ``n`` near ``BLOCK``, or
+zero padding): the variadic reduce sums each row in the same single pass, and a
+``reduce_sum`` (a tree) adds the ``n / b`` row sums (``docs/cost_model.md`` section 6.4).
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -23,7 +30,10 @@ try:  # pragma: no cover - present in every supported TensorFlow (vrgd_tf.versio
 except ImportError:  # pragma: no cover
     _VARIADIC_REDUCE = _BARRIER = None
 
-__all__ = ["in_xla", "sums", "recompute_after"]
+__all__ = ["in_xla", "sums", "recompute_after", "BLOCK"]
+
+#: Elements a variadic reduce adds in sequence under XLA (see the module docstring).
+BLOCK = 256
 
 _REDUCERS = {}
 
@@ -63,6 +73,37 @@ def _reducer(n: int):
     return _REDUCERS[n]
 
 
+def _row_length(n: int) -> int:
+    """The row length ``b`` for ``n > BLOCK`` elements: the largest divisor of ``n`` in
+    ``[BLOCK / 4, BLOCK]``, else ``BLOCK`` (then the values are padded with zeros: XLA on
+    CPU fuses the pad, at some speed)."""
+    for b in range(BLOCK, BLOCK // 4 - 1, -1):
+        if n % b == 0:
+            return b
+    return BLOCK
+
+
+def _variadic_sums(values: List[tf.Tensor]) -> List[tf.Tensor]:
+    """The sums of ``values`` (1-D, one size ``n``) by one variadic reduce: over the
+    elements if ``n <= BLOCK``, else over rows of ``b`` elements, and the rows' sums by
+    ``reduce_sum``. A size unknown when traced is reduced in one sequence."""
+    n = values[0].shape[0]
+    dimension = 0
+    if n is not None and n > BLOCK:
+        b = _row_length(n)
+        rows = -(-n // b)
+        if rows * b != n:
+            values = [tf.pad(v, [[0, rows * b - n]]) for v in values]
+        values, dimension = [tf.reshape(v, [rows, b]) for v in values], 1
+    out = _VARIADIC_REDUCE(
+        values,
+        [tf.constant(0.0)] * len(values),
+        dimensions_to_reduce=[dimension],
+        reducer=_reducer(len(values)),
+    )
+    return [tf.reduce_sum(o) for o in out] if dimension else list(out)
+
+
 def sums(
     values: Sequence[tf.Tensor], finite_of: Optional[tf.Tensor] = None
 ) -> Tuple[List[tf.Tensor], Optional[tf.Tensor]]:
@@ -81,12 +122,7 @@ def sums(
         return [tf.reduce_sum(v) for v in values], finite
     if finite_of is not None:
         values.append(finite_of * 0.0)  # 0 where finite, NaN where not: the sum is 0 or NaN
-    out = _VARIADIC_REDUCE(
-        values,
-        [tf.constant(0.0)] * len(values),
-        dimensions_to_reduce=[0],
-        reducer=_reducer(len(values)),
-    )
+    out = _variadic_sums(values)
     if finite_of is None:
         return list(out), None
     return list(out[:-1]), tf.equal(out[-1], 0.0)
