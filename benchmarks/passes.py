@@ -39,6 +39,16 @@ this machine and its load (2 cores shared with other work): read the ratios, not
 At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL per mode, exit
 status 1 on a failure (``--quick``: informative only).
 
+Allocator (``--malloc``): with glibc's defaults a temporary above its dynamic threshold is
+``mmap``ed and zero-filled on every step, and a process settles into one regime or the
+other, so an arm's median moves by about 10 passes between processes
+(``docs/cost_model.md`` section 6.3). ``--malloc=heap`` (the default) sets
+``M_MMAP_THRESHOLD`` to 32 MiB and ``M_TRIM_THRESHOLD`` to 2 GiB (``mallopt`` takes an
+``int``) before the benchmark allocates, as the environment ``MALLOC_MMAP_THRESHOLD_=33554432
+MALLOC_TRIM_THRESHOLD_=4294967296`` does (section 6.3's runs): temporaries come from the heap and are reused,
+as an accelerator's pooled allocator reuses its buffers. ``--malloc=default`` leaves glibc
+as it is. The JSON records which.
+
 Examples:
   python3 benchmarks/passes.py                 # about 5 minutes
   python3 benchmarks/passes.py --cpu_time      # one thread, CPU time: stable under load
@@ -47,10 +57,32 @@ Examples:
 """
 
 import argparse
+import ctypes
+import ctypes.util
 import os
 import resource
 import sys
 import time
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 2**31 - 1
+
+
+def heap_protocol() -> str:
+    """Sets glibc's ``mallopt`` for the heap protocol (module docstring); returns what was
+    set, or why nothing was."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        ok = libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) and libc.mallopt(
+            M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD
+        )
+    except (OSError, AttributeError, TypeError) as error:
+        return f"default (mallopt unavailable: {error})"
+    if not ok:
+        return "default (mallopt refused)"
+    return f"heap (mallopt M_MMAP_THRESHOLD={HEAP_MMAP_THRESHOLD}, M_TRIM_THRESHOLD={HEAP_TRIM_THRESHOLD})"
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -407,12 +439,20 @@ def main(argv=None):
         "of the wall clock: the work of each step, insensitive to other load on the machine.",
     )
     parser.add_argument(
+        "--malloc",
+        choices=("heap", "default"),
+        default="heap",
+        help="heap: glibc mallopt so temporaries come from the heap (steady arms); "
+        "default: glibc as it is (module docstring).",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="JSON written (default benchmarks/results/passes.json; passes_quick.json with "
         "--quick).",
     )
     args = parser.parse_args(argv)
+    malloc = heap_protocol() if args.malloc == "heap" else "default (glibc as it is)"
     shapes = QUICK_SHAPES if args.quick else BERT_TINY_SHAPES
     reps = args.reps or (2 if args.quick else 21)
     steps = args.steps or (1 if args.quick else 5)
@@ -436,6 +476,12 @@ def main(argv=None):
         "variables": len(shapes),
         "num_groups": NUM_GROUPS,
         "clock": "process CPU time, one thread" if args.cpu_time else "wall, default threads",
+        "malloc": malloc,
+        "malloc_env": {
+            k: os.environ[k]
+            for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+            if k in os.environ
+        },
         "reps": reps,
         "steps": steps,
         "rows": rows,
