@@ -29,7 +29,8 @@ steps, each a ``tf.function`` (graph mode, then ``jit_compile=True``):
 
 Timing: every step of both modes is traced and warmed up, then each of ``--reps``
 repetitions times all of them once (``--steps`` calls each), in an order rotated per repetition.
-Reported per mode, from the medians and from the minima over the repetitions:
+Reported per mode, from the medians and from the minima over the repetitions (and, per step,
+the median minor page faults a call, ``minor_page_faults``):
 ``lamb_passes = lamb / pass``, ``vrgd_passes = vrgd / pass`` and ``gsnr_passes =
 (vrgd - lamb) / pass``, the GSNR part (issue 19's target: at most 24), the same without the
 recording branch (``gsnr_nostats_passes``) and with the defaults (``gsnr_default_passes``,
@@ -39,15 +40,16 @@ this machine and its load (2 cores shared with other work): read the ratios, not
 At the end the run checks :data:`BOUNDS` (``benchmarks/bounds.py``): PASS/FAIL per mode, exit
 status 1 on a failure (``--quick``: informative only).
 
-Allocator (``--malloc``): with glibc's defaults a temporary above its dynamic threshold is
-``mmap``ed and zero-filled on every step, and a process settles into one regime or the
-other, so an arm's median moves by about 10 passes between processes
-(``docs/cost_model.md`` section 6.3). ``--malloc=heap`` (the default) sets
-``M_MMAP_THRESHOLD`` to 32 MiB and ``M_TRIM_THRESHOLD`` to 2 GiB (``mallopt`` takes an
-``int``) before the benchmark allocates, as the environment ``MALLOC_MMAP_THRESHOLD_=33554432
-MALLOC_TRIM_THRESHOLD_=4294967296`` does (section 6.3's runs): temporaries come from the heap and are reused,
-as an accelerator's pooled allocator reuses its buffers. ``--malloc=default`` leaves glibc
-as it is. The JSON records which.
+Allocator (``--malloc``): with glibc's defaults a temporary above the ``mmap`` threshold is
+``mmap``ed and zero-filled page by page on every step (XLA's temporary arena of one step is
+tens of MB: 8,600-12,900 page faults a step here), and a process settles into one regime or
+the other, so an arm's median moves by about 10 passes between processes
+(``docs/cost_model.md`` sections 6.3 and 6.4). ``--malloc=heap`` (the default) calls
+``mallopt(M_MMAP_MAX, 0)`` and ``mallopt(M_TRIM_THRESHOLD, 2**31 - 1)`` before the
+benchmark allocates: every block comes from the heap and is reused, no page faults in the
+timed steps, as an accelerator's pooled allocator reuses its buffers. (Section 6.3's
+``MALLOC_MMAP_THRESHOLD_=33554432`` still left XLA's arena, above 32 MiB, to ``mmap``.)
+``--malloc=default`` leaves glibc as it is. The JSON records which.
 
 Examples:
   python3 benchmarks/passes.py                 # about 5 minutes
@@ -64,8 +66,8 @@ import resource
 import sys
 import time
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 2**31 - 1
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+HEAP_TRIM_THRESHOLD = 2**31 - 1
 
 
 def heap_protocol() -> str:
@@ -74,14 +76,12 @@ def heap_protocol() -> str:
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
-        ok = libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) and libc.mallopt(
-            M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD
-        )
+        ok = libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD)
     except (OSError, AttributeError, TypeError) as error:
         return f"default (mallopt unavailable: {error})"
     if not ok:
         return "default (mallopt refused)"
-    return f"heap (mallopt M_MMAP_THRESHOLD={HEAP_MMAP_THRESHOLD}, M_TRIM_THRESHOLD={HEAP_TRIM_THRESHOLD})"
+    return f"heap (mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD={HEAP_TRIM_THRESHOLD})"
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -371,11 +371,20 @@ def _cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def _time(fn, steps, clock):
-    t0 = clock()
+def _minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _time(fn, steps, clock, faults=None):
+    """Seconds of ``clock`` per call over ``steps`` calls; appends the minor page faults per
+    call to ``faults`` (a list) if given."""
+    f0, t0 = _minor_faults(), clock()
     for _ in range(steps):
         fn()
-    return (clock() - t0) / steps
+    elapsed = (clock() - t0) / steps
+    if faults is not None:
+        faults.append((_minor_faults() - f0) / steps)
+    return elapsed
 
 
 def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
@@ -391,9 +400,10 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
         fns[key]()  # trace
         _time(fns[key], steps, clock)  # warm up
     times = {key: [] for key in keys}
+    faults = {key: [] for key in keys}
     for r in range(reps):
         for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-            times[key].append(_time(fns[key], steps, clock))
+            times[key].append(_time(fns[key], steps, clock, faults[key]))
     rows = []
     for jit in (False, True):
         row = {"jit_compile": jit}
@@ -410,6 +420,10 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
                 "stage_passes": {s: t[f"stage_{s}"] / t["pass"] for s in STAGES + ("library",)},
                 "cluster_smoothed_passes": t["cluster_smoothed"] / t["pass"],
             }
+        # Zero-filled fresh pages a call (median): glibc's mmap of large temporaries (--malloc).
+        row["minor_page_faults"] = {
+            name: float(np.median(faults[(j, name)])) for j, name in keys if j == jit
+        }
         stats = optimizers[jit].vrgd_statistics()
         row["mean_factor"] = float(np.mean([s["mean_factor"] for s in stats.values()]))
         med = row["median"]
@@ -422,6 +436,11 @@ def measure(shapes, reps, steps, log=print, clock=time.perf_counter):
             f"fused floor {med['floor_passes']:.1f}; through the smoothing as an XLA "
             f"cluster {med['cluster_smoothed_passes']:.1f}; library stages (cumulative) "
             + ", ".join(f"{s} {v:.1f}" for s, v in med["stage_passes"].items())
+            + "; minor page faults a call: "
+            + ", ".join(
+                f"{n} {row['minor_page_faults'][n]:.0f}"
+                for n in ("pass", "lamb", "vrgd_nostats", "vrgd_default")
+            )
         )
         rows.append(row)
     return rows

@@ -11,5 +11,5 @@ order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and
 
 import importlib
 
-SECTION_NAMES = ("overhead", "packing", "sparse", "groups", "loopback")
+SECTION_NAMES = ("overhead", "packing", "sparse", "groups", "loopback", "gsnr_passes")
 SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)

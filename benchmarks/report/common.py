@@ -38,13 +38,16 @@ class Context(ReportContext):
     Attributes:
       headline_ov: filled by the overhead section (step-time ratios) for the summary and
         the README block.
-      readme_lines: further Markdown lines for the README block, from any section.
+      readme_lines: further Markdown lines for the full list in docs/results.md (the
+        summary), from any section.
+      readme_short: further Markdown lines for the README block itself, from any section.
     """
 
     RESULTS = RESULTS
 
     headline_ov: list = dataclasses.field(default_factory=list)
     readme_lines: list = dataclasses.field(default_factory=list)
+    readme_short: list = dataclasses.field(default_factory=list)
 
 
 def pyplot():

@@ -73,9 +73,9 @@ def short_lines(headline_ov, memory=()):
     return lines
 
 
-def write_readme_block(readme, headline_ov, memory=()):
-    """Replaces the README's text between README_BEGIN and README_END with ``short_lines``
-    and a link to the full list in docs/results.md."""
+def write_readme_block(readme, headline_ov, memory=(), extra=()):
+    """Replaces the README's text between README_BEGIN and README_END with ``short_lines``,
+    the sections' ``extra`` lines and a link to the full list in docs/results.md."""
     with open(readme) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
@@ -87,7 +87,7 @@ def write_readme_block(readme, headline_ov, memory=()):
         f"[docs/results.md](docs/results.md#{SUMMARY_ANCHOR}))",
         "",
     ]
-    lines += short_lines(headline_ov, memory)
+    lines += short_lines(headline_ov, memory) + list(extra)
     block = "\n".join(lines).rstrip()
     start = text.index(README_BEGIN) + len(README_BEGIN)
     end = text.index(README_END)
