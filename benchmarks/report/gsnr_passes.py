@@ -19,6 +19,7 @@ RUNS = (
     ("passes_issue39_round4_after", "round 4, after", "dd5b2cb", "glibc default"),
     ("passes_issue39_round5_before", "round 5, before", "d284a6b", "no mmap"),
     ("passes_issue39_round5_after", "round 5, after", "92d8b80", "no mmap"),
+    ("passes_issue39_round5_after_rerun", "round 5, after (rerun)", "dfe609d", "no mmap"),
 )
 #: Issue 39's targets for the defaults: passes per element by mode, and the ratio to LAMB.
 TARGETS = {False: 10.0, True: 8.0}
