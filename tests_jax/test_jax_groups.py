@@ -117,8 +117,9 @@ def test_mixed_bfloat16_statistics_interval_and_gsnr_logger():
 def test_statistics_interval_records_the_same_rows_on_its_steps():
     """``statistics_interval=3`` computes the diagnostics in a ``lax.cond`` branch taken on
     every third step only: after 3 steps its rows are those of ``statistics_interval=1``
-    (the same step recorded), and the weights are the same; after 4 it still holds step 3's
-    rows while interval 1 holds step 4's."""
+    (the same step recorded; to float32 rounding: the branch and the step fuse the sums
+    differently), and the weights are the same; after 4 it still holds step 3's rows while
+    interval 1 holds step 4's."""
     x, y = data(rows=BATCH * 4)
 
     def make(interval):
@@ -131,10 +132,15 @@ def test_statistics_interval_records_the_same_rows_on_its_steps():
     def rows(model):  # in the variables' order (each model's own paths)
         return list(vrgd_tf.vrgd_statistics(model.optimizer).values())
 
+    def same(a, b):
+        return [r.keys() for r in a] == [r.keys() for r in b] and all(
+            np.isclose(r[f], q[f], rtol=1e-6, atol=0) for r, q in zip(a, b) for f in r
+        )
+
     rows_every, rows_third = rows(every), rows(third)
-    assert rows_third == rows_every
+    assert same(rows_third, rows_every)
     assert all(row["has_gsnr"] for row in rows_third)
     for model in (every, third):
         model.fit(x[3 * BATCH :], y[3 * BATCH :], batch_size=BATCH, shuffle=False, verbose=0)
     assert rows(third) == rows_third
-    assert rows(every) != rows_every
+    assert not same(rows(every), rows_every)

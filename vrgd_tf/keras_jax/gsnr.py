@@ -24,12 +24,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["NOISE_RTOL", "Factor", "factor", "smooth", "statistics"]
+__all__ = ["NOISE_RTOL", "Factor", "factor", "smooth", "statistics", "sums"]
 
 #: An element has no noise estimate when ``s2 <= NOISE_RTOL * k * mean(x**2)`` (16 float32
 #: ulps per sample; the value of ``vrgd_tf.gsnr.NOISE_RTOL``, written here so that this
 #: path needs no TensorFlow).
 NOISE_RTOL = 16.0 * float(np.finfo(np.float32).eps)
+
+#: The layout of :func:`sums`: ``LANES`` sums side by side, each adding ``ROWS`` elements
+#: in sequence.
+ROWS, LANES = 16, 16
 
 
 class Factor(NamedTuple):
@@ -61,10 +65,14 @@ def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
       :class:`Factor`; no Inf or NaN is formed from finite sums.
     """
     threshold = jnp.where(k >= 2.0, rtol * k, jnp.inf)
-    defined, ratio = _ratio(s1, s2, k, threshold)
-    num_defined = jnp.sum(defined, dtype=jnp.float32)
-    mean_ratio = jnp.where(num_defined > 0, jnp.sum(ratio) / jnp.maximum(num_defined, 1.0), 0.0)
-    finite = jnp.all(jnp.isfinite(s1))
+
+    def parts(s1, s2):  # 0 * S1 is 0, or NaN where S1 is not finite
+        defined, ratio = _ratio(s1, s2, k, threshold)
+        return ratio, defined.astype(jnp.float32), s1 * 0.0
+
+    sum_ratio, num_defined, not_finite = sums(parts, (s1, s2))
+    mean_ratio = jnp.where(num_defined > 0, sum_ratio / jnp.maximum(num_defined, 1.0), 0.0)
+    finite = not_finite == 0.0
     usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
     safe = jnp.where(usable, mean_ratio, 1.0)
     low = jnp.where(usable, jnp.float32(gamma), 1.0)
@@ -108,16 +116,54 @@ def statistics(s1, raw: Factor, applied, k, gamma: float) -> jnp.ndarray:
     of the raw factor at ``gamma`` and at 1, mean applied factor, ``||f S1|| / ||S1||``
     (1 when ``||S1|| = 0``); the fields of ``vrgd_tf.gsnr.STATISTICS_FIELDS``."""
     size = float(max(int(np.prod(s1.shape)), 1))
-    at_gamma = jnp.sum(raw.factor <= gamma, dtype=jnp.float32) if gamma < 1.0 else 0.0
-    plain = jnp.sum(jnp.square(s1))
-    scaled = jnp.sum(jnp.square(applied * s1))
+
+    def parts(f, a, s1):
+        at_gamma = (f <= gamma) if gamma < 1.0 else jnp.zeros_like(f, jnp.bool_)
+        as_float = [at_gamma, f >= 1.0]
+        return [x.astype(jnp.float32) for x in as_float] + [a, s1 * s1, jnp.square(a * s1)]
+
+    at_gamma, at_one, total, plain, scaled = sums(parts, (raw.factor, applied, s1))
     ratio = jnp.where(plain > 0, jnp.sqrt(scaled / jnp.where(plain > 0, plain, 1.0)), 1.0)
-    return jnp.stack(
-        [
-            raw.mean_ratio,
-            jnp.asarray(at_gamma, jnp.float32) / size,
-            jnp.sum(raw.factor >= 1.0, dtype=jnp.float32) / size,
-            jnp.mean(applied),
-            ratio,
-        ]
-    ).astype(jnp.float32)
+    return jnp.stack([raw.mean_ratio, at_gamma / size, at_one / size, total / size, ratio]).astype(
+        jnp.float32
+    )
+
+
+def sums(parts, inputs):
+    """The float32 sums over the elements of ``parts(*inputs)``, by one variadic reduce.
+
+    XLA on CPU adds a reduce's elements in sequence and, reducing the minor dimension,
+    one element at a time; a separate ``jnp.sum`` per value writes the values out and reads
+    them back. Here the first ``n - n % (ROWS * LANES)`` elements are viewed as
+    ``[-1, ROWS, LANES]`` and reduced over ``ROWS`` (``LANES`` sums side by side, vector
+    code, ``ROWS`` roundings in sequence), the ``n / ROWS`` partial sums added by
+    ``jnp.sum``, and the rest (under ``ROWS * LANES`` elements) by a second reduce;
+    ``parts`` runs inside each loop, so no value is written out (``docs/cost_model.md``
+    section 6.5).
+
+    Args:
+      parts: function of arrays of one shape to a list of float32 arrays of that shape,
+        element-wise (it is called on pieces of the inputs).
+      inputs: a tuple of arrays of one shape (any rank).
+
+    Returns:
+      A list of float32 scalars, one per value of ``parts``.
+    """
+    flat = [jnp.reshape(x, (-1,)) for x in inputs]
+    n, block = flat[0].shape[0], ROWS * LANES
+    main = n - n % block
+    out = None
+    if main:
+        pieces = [x[:main].reshape(main // block, ROWS, LANES) for x in flat]
+        out = [jnp.sum(s) for s in _reduced(parts(*pieces), 1)]
+    if main < n or not main:
+        rest = _reduced(parts(*[x[main:] for x in flat]), 0)
+        out = rest if out is None else [a + b for a, b in zip(out, rest)]
+    return out
+
+
+def _reduced(values, axis):
+    """The sums of ``values`` (float32 arrays of one shape) over ``axis``, one reduce."""
+    values = tuple(jnp.asarray(v, jnp.float32) for v in values)
+    zeros = tuple(jnp.float32(0) for _ in values)
+    return list(jax.lax.reduce(values, zeros, lambda a, b: tuple(map(jnp.add, a, b)), (axis,)))
