@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["NOISE_RTOL", "Factor", "factor", "smooth", "statistics", "sums"]
+__all__ = ["NOISE_RTOL", "Factor", "factor", "reapplied", "smooth", "statistics", "sums"]
 
 #: An element has no noise estimate when ``s2 <= NOISE_RTOL * k * mean(x**2)`` (16 float32
 #: ulps per sample; the value of ``vrgd_tf.gsnr.NOISE_RTOL``, written here so that this
@@ -64,7 +64,7 @@ def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
     Returns:
       :class:`Factor`; no Inf or NaN is formed from finite sums.
     """
-    threshold = jnp.where(k >= 2.0, rtol * k, jnp.inf)
+    threshold = _threshold(k, rtol)
 
     def parts(s1, s2):  # 0 * S1 is 0, or NaN where S1 is not finite
         defined, ratio = _ratio(s1, s2, k, threshold)
@@ -73,16 +73,27 @@ def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
     sum_ratio, num_defined, not_finite = sums(parts, (s1, s2))
     mean_ratio = jnp.where(num_defined > 0, sum_ratio / jnp.maximum(num_defined, 1.0), 0.0)
     finite = not_finite == 0.0
-    usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
-    safe = jnp.where(usable, mean_ratio, 1.0)
-    low = jnp.where(usable, jnp.float32(gamma), 1.0)
     # The mask and the ratio taken again from S1 and S2 behind a barrier, in the loop that
     # applies them: XLA then does not write them out between the sums and that loop (the
     # same values; vrgd_tf.gsnr.reductions.recompute_after).
-    s1, s2, safe, low = jax.lax.optimization_barrier((s1, s2, safe, low))
-    defined, ratio = _ratio(s1, s2, k, threshold)
-    raw = jnp.where(defined, jnp.clip(ratio / safe, low, 1.0), 1.0)
-    return Factor(raw, mean_ratio, num_defined, finite)
+    s1, s2, after = jax.lax.optimization_barrier((s1, s2, mean_ratio))
+    return Factor(reapplied(s1, s2, k, gamma, after, rtol), mean_ratio, num_defined, finite)
+
+
+def reapplied(s1, s2, k, gamma: float, mean_ratio, rtol: float = NOISE_RTOL):
+    """:func:`factor`'s ``factor`` taken again from ``S1``, ``S2`` and its ``mean_ratio``
+    (the same operations on the same values): for a consumer that recomputes it in its own
+    loop (behind an ``optimization_barrier``) instead of reading it back."""
+    usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
+    safe = jnp.where(usable, mean_ratio, 1.0)
+    low = jnp.where(usable, jnp.float32(gamma), 1.0)
+    defined, ratio = _ratio(s1, s2, k, _threshold(k, rtol))
+    return jnp.where(defined, jnp.clip(ratio / safe, low, 1.0), 1.0)
+
+
+def _threshold(k, rtol):
+    """The noise threshold per unit of ``S2``: ``rtol * k``, or Inf below 2 samples."""
+    return jnp.where(k >= 2.0, rtol * k, jnp.inf)
 
 
 def _ratio(s1, s2, k, threshold):

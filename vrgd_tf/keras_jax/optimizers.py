@@ -178,43 +178,72 @@ class VRGDOptimizer:
         if sums.stray is not None:  # a stray gradient cannot be separated (spec section 1)
             has_gsnr = has_gsnr & (sums.stray == 0.0)
         commit = has_gsnr & finite
-        applied = [jnp.where(has_gsnr, r.factor, 1.0) for r in raws]
+        smoothed = None
         if s.beta_3 > 0:
-            applied = self._vrgd_smooth(applied, has_gsnr, commit)
-        self._vrgd_record(sums, raws, applied, has_gsnr, finite)
+            applied, smoothed = self._vrgd_smooth(sums, raws, has_gsnr, commit)
+        else:
+            applied = [jnp.where(has_gsnr, r.factor, 1.0) for r in raws]
+        self._vrgd_record(sums, raws, applied, smoothed, has_gsnr, finite)
         # The mean over every sample, as the base's loss over the whole batch (a group
         # without examples of nonzero weight still counts in its denominator).
         total = sums.k if sums.num_samples is None else sums.num_samples
         inv_k = 1.0 / jnp.maximum(total, 1.0)
-        return [
+        grads = [
             (f * s1 * inv_k).astype(var.dtype)
             for f, s1, var in zip(applied, sums.s1, self._trainable_variables)
         ]
+        # Written out once, behind a barrier: the base's loops (two or more for every
+        # rule) read ``u``, not S1, S2 and the deficit that make it (docs/cost_model.md
+        # section 6.5).
+        return list(jax.lax.optimization_barrier(grads))
 
-    def _vrgd_smooth(self, applied, has_gsnr, commit):
+    def _vrgd_smooth(self, sums, raws, has_gsnr, commit):
+        """The smoothed factors (spec section 3) and, for the diagnostics' branch, the
+        ``(d_t, c_t)`` stored per variable; commits the state on a step that ``commit``.
+
+        A float32 deficit is read back after the commit: the factor is ``1 - d_t / c_t``
+        from the stored ``d_t``, recomputed from it (``d_{t-1}``) and the raw factor taken
+        again from ``S1`` and ``S2`` on a step that did not commit (the same values). The
+        previous deficit is then read by the commit's loop only (no copy of it) and the raw
+        factor is not written out for two loops (``docs/cost_model.md`` sections 6.2, 6.5).
+        """
         s = self._vrgd_settings
-        out = []
-        for f, d, c in zip(applied, self._vrgd_deficits, self._vrgd_corrections):
+        out, stored = [], []
+        for raw, s1, s2, d, c in zip(
+            raws, sums.s1, sums.s2, self._vrgd_deficits, self._vrgd_corrections
+        ):
             # A bfloat16 deficit is read into float32 and rounded only at the write.
-            previous = d.value.astype(jnp.float32)
-            p_hat, new_d, new_c = gsnr.smooth(f, previous, c.value, s.beta_3, s.gamma)
-            d.assign(jnp.where(commit, new_d, previous).astype(d.dtype))
-            c.assign(jnp.where(commit, new_c, c.value))
+            previous, correction = d.value.astype(jnp.float32), c.value
+            p_hat, new_d, new_c = gsnr.smooth(raw.factor, previous, correction, s.beta_3, s.gamma)
+            kept = jnp.where(commit, new_d, previous)
+            d.assign(kept.astype(d.dtype))
+            c.assign(jnp.where(commit, new_c, correction))
+            if d.dtype == "float32":
+                # the branch's operand: the array stored, which exists anyway
+                stored.append((kept, new_c))
+                s1, s2, kept = jax.lax.optimization_barrier((s1, s2, kept))
+                again = gsnr.reapplied(s1, s2, sums.k, s.gamma, raw.mean_ratio)
+                redone = gsnr.smooth(again, kept, correction, s.beta_3, s.gamma)[1]
+                d_t = jnp.where(commit, kept, redone)
+                p_hat = jnp.clip(1.0 - d_t / new_c, s.gamma, 1.0)
+            else:
+                stored.append(None)
             out.append(jnp.where(has_gsnr, p_hat, 1.0))
-        return out
+        return out, stored
 
-    def _vrgd_record(self, sums, raws, applied, has_gsnr, finite):
+    def _vrgd_record(self, sums, raws, applied, smoothed, has_gsnr, finite):
         """The diagnostics of a recording step with finite sums. With
-        ``statistics_interval > 1`` they are computed in a ``lax.cond`` branch, so the
-        other steps keep the rows and pay no reduction; with 1, on every step, in the
-        step itself (a branch taken on every step costs its operands' writes)."""
+        ``statistics_interval > 1`` they are computed in a ``lax.cond`` branch taken on a
+        recording step only, which takes the factors again from ``S1``, ``S2``, scalars
+        and the stored deficits (a conditional's operands are written out on every step);
+        with 1, on every step, in the step itself from the factors already made."""
         interval = self._vrgd_settings.statistics_interval
         if interval == 0:
             return
         recording = ((self.iterations.value + 1) % interval == 0) & finite
         gamma = self._vrgd_settings.gamma
 
-        def rows():
+        def rows(raws, applied):
             return [
                 jnp.where(has_gsnr, gsnr.statistics(s1, raw, f, sums.k, gamma), 0.0)
                 for s1, raw, f in zip(sums.s1, raws, applied)
@@ -222,11 +251,34 @@ class VRGDOptimizer:
 
         kept = [row.value for row in self._vrgd_statistics]
         if interval == 1:
-            new = [jnp.where(recording, r, k) for r, k in zip(rows(), kept)]
+            new = [jnp.where(recording, r, k) for r, k in zip(rows(raws, applied), kept)]
         else:
-            new = jax.lax.cond(recording, rows, lambda: kept)
+            new = jax.lax.cond(
+                recording,
+                lambda: rows(*self._vrgd_again(sums, raws, applied, smoothed)),
+                lambda: kept,
+            )
         for row, value in zip(self._vrgd_statistics, new):
             row.assign(value)
+
+    def _vrgd_again(self, sums, raws, applied, smoothed):
+        """``(raws, applied)`` taken again inside the recording branch from ``S1``, ``S2``,
+        the raw factors' scalars and the stored ``(d_t, c_t)`` (``smoothed``; a bfloat16
+        deficit keeps its applied factor as an operand). On a recording step the sums are
+        finite, so a step with a GSNR committed ``d_t``."""
+        s = self._vrgd_settings
+        raws_again, applied_again = [], []
+        for i, (raw, s1, s2) in enumerate(zip(raws, sums.s1, sums.s2)):
+            factor = gsnr.reapplied(s1, s2, sums.k, s.gamma, raw.mean_ratio)
+            raws_again.append(raw._replace(factor=factor))
+            if smoothed is None:
+                applied_again.append(factor)  # rows() zeroes a step without a GSNR
+            elif smoothed[i] is None:
+                applied_again.append(applied[i])
+            else:
+                d_t, c_t = smoothed[i]
+                applied_again.append(jnp.clip(1.0 - d_t / c_t, s.gamma, 1.0))
+        return raws_again, applied_again
 
     def vrgd_statistics(self):
         """``{variable path: {field: float}}`` of the last recording step (spec section 4):
