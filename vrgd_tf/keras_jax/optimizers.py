@@ -188,14 +188,10 @@ class VRGDOptimizer:
         # without examples of nonzero weight still counts in its denominator).
         total = sums.k if sums.num_samples is None else sums.num_samples
         inv_k = 1.0 / jnp.maximum(total, 1.0)
-        grads = [
+        return [
             (f * s1 * inv_k).astype(var.dtype)
             for f, s1, var in zip(applied, sums.s1, self._trainable_variables)
         ]
-        # Written out once, behind a barrier: the base's loops (two or more for every
-        # rule) read ``u``, not S1, S2 and the deficit that make it (docs/cost_model.md
-        # section 6.5).
-        return list(jax.lax.optimization_barrier(grads))
 
     def _vrgd_smooth(self, sums, raws, has_gsnr, commit):
         """The smoothed factors (spec section 3) and, for the diagnostics' branch, the
