@@ -14,6 +14,7 @@ clipping, weight decay, EMA and the iteration counter stay the base's, and clipp
 raises, naming the call. Spec: ``docs/spec.md`` sections 1 to 4.
 """
 
+import functools
 import inspect
 import logging
 from typing import List, NamedTuple, Optional
@@ -230,9 +231,10 @@ class VRGDOptimizer:
     def _vrgd_record(self, sums, raws, applied, smoothed, has_gsnr, finite):
         """The diagnostics of a recording step with finite sums. With
         ``statistics_interval > 1`` they are computed in a ``lax.cond`` branch taken on a
-        recording step only, which takes the factors again from ``S1``, ``S2``, scalars
-        and the stored deficits (a conditional's operands are written out on every step);
-        with 1, on every step, in the step itself from the factors already made."""
+        recording step only; with 1, on every step, in the step itself. Either way they
+        take the factors again from ``S1``, ``S2``, scalars and the stored deficits, in
+        the loop that sums them: a conditional's operands are written out on every step,
+        and factors shared with the step's output would be written out for two loops."""
         interval = self._vrgd_settings.statistics_interval
         if interval == 0:
             return
@@ -246,14 +248,11 @@ class VRGDOptimizer:
             ]
 
         kept = [row.value for row in self._vrgd_statistics]
+        again = functools.partial(self._vrgd_again, sums, raws, applied, smoothed)
         if interval == 1:
-            new = [jnp.where(recording, r, k) for r, k in zip(rows(raws, applied), kept)]
+            new = [jnp.where(recording, r, k) for r, k in zip(rows(*again()), kept)]
         else:
-            new = jax.lax.cond(
-                recording,
-                lambda: rows(*self._vrgd_again(sums, raws, applied, smoothed)),
-                lambda: kept,
-            )
+            new = jax.lax.cond(recording, lambda: rows(*again()), lambda: kept)
         for row, value in zip(self._vrgd_statistics, new):
             row.assign(value)
 
