@@ -11,5 +11,13 @@ order of :data:`SECTION_NAMES`; to add a section, write ``report/<name>.py`` and
 
 import importlib
 
-SECTION_NAMES = ("overhead", "packing", "sparse", "groups", "loopback", "gsnr_passes")
+SECTION_NAMES = (
+    "overhead",
+    "packing",
+    "sparse",
+    "groups",
+    "loopback",
+    "gsnr_passes",
+    "jax_passes",
+)
 SECTIONS = tuple(importlib.import_module(f"report.{name}") for name in SECTION_NAMES)
