@@ -81,8 +81,10 @@ def render(ctx, lines):
     lines.append("")
     doc, label, _ = next(r for r in reversed(runs) if "before" not in r[1])
     m = doc["passes"]["median"]
-    ctx.readme_lines.append(
+    line = (
         f"- On JAX (`benchmarks/jax_cost.py`, {label}, one CPU device): the GSNR part with the "
         f"defaults {m['gsnr_passes_vrgd_default']:.1f} passes per element "
         f"({m['gsnr_passes_vrgd_default'] / m['lamb_passes']:.2f} of LAMB's update)."
     )
+    ctx.readme_lines.append(line)
+    ctx.readme_short.append(line)
