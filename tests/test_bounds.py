@@ -12,6 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import gsnr_memory  # noqa: E402
+import jax_cost  # noqa: E402
 import overhead_bounds  # noqa: E402
 import passes  # noqa: E402
 
@@ -71,6 +72,18 @@ class EvaluateTest(tf.test.TestCase):
 
 
 class RegisteredBoundsTest(tf.test.TestCase):
+    def test_jax_cost_bounds_the_passes_part_on_cpu_only(self):
+        """25 % above round 6 (11.6 with the defaults, 23.7 every step, min-based): the code
+        before it (37-58, 53-81) fails; a run without the passes part has nothing to check."""
+        doc = {"passes": {"min": {"gsnr_passes_vrgd_default": 14.0, "gsnr_passes": 53.0}}}
+        verdicts = bounds.evaluate(jax_cost.BOUNDS, jax_cost.bound_measurements(doc, "cpu"))
+        got = {v.metric: (v.limit, v.passed) for v in verdicts}
+        self.assertEqual(got, {"gsnr_default_passes": (14.5, True), "gsnr_passes": (29.62, False)})
+        self.assertEqual(
+            bounds.evaluate(jax_cost.BOUNDS, jax_cost.bound_measurements(doc, "gpu")), []
+        )
+        self.assertEqual(list(jax_cost.bound_measurements({}, "cpu")), [])
+
     def test_passes_bounds_the_min_based_gsnr_part_of_both_modes_at_24(self):
         rows = [
             {"jit_compile": jit, "min": {"gsnr_passes": value}}
