@@ -76,3 +76,31 @@ def test_the_factors_sums_write_no_per_element_value_out():
         and re.search(r"\[262144\]|\[512,512\]", line.split(" = ")[1].split(" ")[0])
     ]
     assert not made, made
+
+
+def test_a_variable_of_no_element_records_mean_factor_0():
+    """Its row says "not measured" (``vrgd_tf.gsnr.fields.has_gsnr``): ``mean_factor`` 0, as
+    the spec's section 4 and the TensorFlow family record it (``jnp.mean`` of no element
+    recorded NaN, which ``has_gsnr`` read as measured)."""
+    import keras
+
+    import vrgd_tf
+    from vrgd_tf.gsnr.fields import STATISTICS_FIELDS, has_gsnr
+    from vrgd_tf.keras_jax.optimizers import GroupSums
+
+    variables = [keras.Variable(np.ones((4,), np.float32)), keras.Variable(np.zeros((0,)))]
+    opt = vrgd_tf.VRGDSGD(0.1, statistics_interval=1)
+    opt.build(variables)
+    s1 = [np.array([1, 2, 3, 4], np.float32), np.zeros((0,), np.float32)]
+    s2 = [np.array([3, 5, 7, 9], np.float32), np.zeros((0,), np.float32)]
+    _, values = jax.jit(opt.vrgd_stateless_apply)(
+        [v.value for v in opt.variables],
+        GroupSums(s1, s2, np.float32(4)),
+        [v.value for v in variables],
+    )
+    rows = [np.asarray(x) for v, x in zip(opt.variables, values) if "statistics" in v.path]
+    empty = dict(zip(STATISTICS_FIELDS, rows[1].tolist()))
+    assert np.all(np.isfinite(rows[1]))
+    assert empty["mean_factor"] == 0.0
+    assert not has_gsnr(empty)
+    assert has_gsnr(dict(zip(STATISTICS_FIELDS, rows[0].tolist())))
