@@ -24,7 +24,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["NOISE_RTOL", "Factor", "factor", "reapplied", "smooth", "statistics", "sums"]
+__all__ = [
+    "NOISE_RTOL",
+    "Factor",
+    "corrected",
+    "factor",
+    "reapplied",
+    "smooth",
+    "statistics",
+    "sums",
+]
 
 #: An element has no noise estimate when ``s2 <= NOISE_RTOL * k * mean(x**2)`` (16 float32
 #: ulps per sample; the value of ``vrgd_tf.gsnr.NOISE_RTOL``, written here so that this
@@ -83,7 +92,15 @@ def factor(s1, s2, k, gamma: float, rtol: float = NOISE_RTOL) -> Factor:
 def reapplied(s1, s2, k, gamma: float, mean_ratio, rtol: float = NOISE_RTOL):
     """:func:`factor`'s ``factor`` taken again from ``S1``, ``S2`` and its ``mean_ratio``
     (the same operations on the same values): for a consumer that recomputes it in its own
-    loop (behind an ``optimization_barrier``) instead of reading it back."""
+    loop (behind an ``optimization_barrier``) instead of reading it back.
+
+    Args:
+      s1, s2, k, gamma, rtol: as for :func:`factor`.
+      mean_ratio: float32 scalar, ``factor(s1, s2, k, gamma, rtol).mean_ratio``.
+
+    Returns:
+      float32, the shape of ``s1``, in ``[gamma, 1]``: equal to ``factor(...).factor``.
+    """
     usable = (mean_ratio > 0.0) & jnp.isfinite(mean_ratio)
     safe = jnp.where(usable, mean_ratio, 1.0)
     low = jnp.where(usable, jnp.float32(gamma), 1.0)
@@ -119,7 +136,14 @@ def smooth(raw, deficit, correction, beta_3: float, gamma: float):
     """
     new_correction = beta_3 * correction + (1.0 - beta_3)
     new_deficit = beta_3 * deficit + (1.0 - beta_3) * (1.0 - raw)
-    return jnp.clip(1.0 - new_deficit / new_correction, gamma, 1.0), new_deficit, new_correction
+    return corrected(new_deficit, new_correction, gamma), new_deficit, new_correction
+
+
+def corrected(deficit, correction, gamma: float):
+    """The smoothed factor ``p_hat = clip(1 - d / c, gamma, 1)`` of a deficit ``d``
+    (float32 array) and its correction ``c = 1 - beta_3**t`` (float32 scalar, > 0); exactly
+    1 where ``d`` is 0 (spec section 3)."""
+    return jnp.clip(1.0 - deficit / correction, gamma, 1.0)
 
 
 def statistics(s1, raw: Factor, applied, k, gamma: float) -> jnp.ndarray:

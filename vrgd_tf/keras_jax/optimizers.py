@@ -222,7 +222,7 @@ class VRGDOptimizer:
                 again = gsnr.reapplied(s1, s2, sums.k, s.gamma, raw.mean_ratio)
                 redone = gsnr.smooth(again, kept, correction, s.beta_3, s.gamma)[1]
                 d_t = jnp.where(commit, kept, redone)
-                p_hat = jnp.clip(1.0 - d_t / new_c, s.gamma, 1.0)
+                p_hat = gsnr.corrected(d_t, new_c, s.gamma)
             else:
                 stored.append(None)
             out.append(jnp.where(has_gsnr, p_hat, 1.0))
@@ -272,7 +272,7 @@ class VRGDOptimizer:
                 applied_again.append(applied[i])
             else:
                 d_t, c_t = smoothed[i]
-                applied_again.append(jnp.clip(1.0 - d_t / c_t, s.gamma, 1.0))
+                applied_again.append(gsnr.corrected(d_t, c_t, s.gamma))
         return raws_again, applied_again
 
     def vrgd_statistics(self):
