@@ -12,12 +12,14 @@ import time
 RESULT_TAG = "RESULT_JSON:"
 
 
-def run_child(script, args, log):
-    """Runs ``python script args`` and returns (the JSON it printed after RESULT_TAG,
-    seconds); logs the child's stderr tail and raises if there is none."""
+def run_child(script, args, log, env=None):
+    """Runs ``python script args`` (``env``: a dict added to this process's environment, or
+    None) and returns (the JSON it printed after RESULT_TAG, seconds); logs the child's
+    stderr tail and raises if there is none."""
     cmd = [sys.executable, os.path.abspath(script)] + list(args)
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    child_env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :]), time.time() - t0

@@ -125,6 +125,14 @@ flags.DEFINE_list("memory_variants", ["base", "vr_default", "vr"], "Variants mea
 flags.DEFINE_list("memory_pairs", ["lamb"], "cnn1d/resnet20 pairs for memory.")
 flags.DEFINE_list("memory_cnn_batches", ["8192"], "cnn1d batches for memory.")
 flags.DEFINE_integer("memory_steps", 10, "Train steps in a memory subprocess.")
+flags.DEFINE_enum(
+    "cpu_allocator",
+    "default",
+    ["default", "bfc"],
+    "TensorFlow's CPU allocator in the memory subprocesses: bfc "
+    "(TF_CPU_ALLOCATOR_USE_BFC=true) also reports the tensors' own peak beside peak RSS "
+    "(benchmarks/peak_memory.py); default keeps the recorded runs' allocator.",
+)
 flags.DEFINE_bool(
     "loopback",
     False,
@@ -492,7 +500,10 @@ def memory_runs(log):
             return list(FLAGS.embedding_memory_variants)
         return list(FLAGS.memory_variants)
 
-    raw = peak_memory.memory_runs(__file__, configs, variants, FLAGS.memory_reps, child_args, log)
+    env = peak_memory.BFC_ENV if FLAGS.cpu_allocator == "bfc" else None
+    raw = peak_memory.memory_runs(
+        __file__, configs, variants, FLAGS.memory_reps, child_args, log, env=env
+    )
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
@@ -577,6 +588,7 @@ def main(argv):
                 "memory_variants",
                 "memory_pairs",
                 "memory_steps",
+                "cpu_allocator",
                 "embedding_rows",
                 "embedding_dim",
                 "embedding_ids",
@@ -589,7 +601,12 @@ def main(argv):
             )
         },
         "memory_method": "VmHWM (peak resident set) from /proc/self/status of one "
-        "subprocess per variant and repetition",
+        "subprocess per variant and repetition"
+        + (
+            "; the tensors' peak from TensorFlow's BFC CPU allocator (TF_CPU_ALLOCATOR_USE_BFC)"
+            if FLAGS.cpu_allocator == "bfc"
+            else ""
+        ),
         "tf_get_memory_info_cpu": meminfo,
         "timing": [],
         "memory": [],

@@ -1,19 +1,29 @@
 """Peak memory of the cost benchmarks: the process's resident set from ``/proc/self/status``
 (``VmRSS`` now, ``VmHWM`` its high-water mark), one child process per configuration, variant
 and repetition (a high-water mark cannot be reset), and the ratios to the base variant.
-``overhead.py``, ``groups.py`` and ``gsnr_memory.py`` use it; CPU devices have no TensorFlow
-allocator statistics (:func:`cpu_memory_info` records that)."""
+``overhead.py``, ``groups.py`` and ``gsnr_memory.py`` use it.
+
+Peak RSS counts everything the process holds: tensors, but also the traced graphs, their
+kernels and XLA's compiled clusters (one per replica when 8 replicas share the process),
+which on an accelerator live in host memory. TensorFlow's CPU allocator keeps statistics
+only as a BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, :data:`BFC_ENV`, set in the
+child's environment; one allocator serves every logical CPU device): then the children also
+report the tensors' own peak (``tensor_peak_bytes``, tensors and XLA's buffers), the
+quantity an accelerator's memory holds."""
 
 import numpy as np
 
 import children
 from timing import summarize
 
+#: The child environment under which the CPU allocator keeps statistics (a BFC allocator).
+BFC_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
 
 def cpu_memory_info():
     """``"available"``, or ``"unavailable: <TF's error>"``: whether
-    ``tf.config.experimental.get_memory_info`` works for the CPU (it raises "Allocator stats
-    not available" there, so peak memory is VmHWM instead)."""
+    ``tf.config.experimental.get_memory_info`` works for the CPU in this process (it raises
+    "Allocator stats not available" unless the allocator is a BFC allocator, :data:`BFC_ENV`)."""
     import tensorflow as tf
 
     try:
@@ -43,12 +53,28 @@ def peak_kb():
     return status_kb("VmHWM")
 
 
+def tensor_memory():
+    """``(peak, current)`` bytes of TensorFlow's CPU allocator (every logical CPU device's
+    tensors and XLA's buffers), or ``(None, None)`` where it keeps no statistics."""
+    import tensorflow as tf
+
+    try:
+        info = tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:  # "Allocator stats not available": not a BFC allocator
+        return None, None
+    return int(info["peak"]), int(info["current"])
+
+
 def memory_result(rss_before_model_kb):
     """What a memory child reports after its steps: peak RSS (VmHWM), the RSS just before
-    the model was built, the RSS now and ``ru_maxrss`` (for comparison only)."""
+    the model was built, the RSS now, ``ru_maxrss`` (for comparison only) and the tensors'
+    peak and current bytes (:func:`tensor_memory`; None without :data:`BFC_ENV`)."""
     import resource
 
+    tensor_peak, tensor_current = tensor_memory()
     return {
+        "tensor_peak_bytes": tensor_peak,
+        "tensor_current_bytes": tensor_current,
         "maxrss_kb": peak_kb(),
         "rss_before_model_kb": rss_before_model_kb,
         "rss_end_kb": rss_kb(),
@@ -56,14 +82,14 @@ def memory_result(rss_before_model_kb):
     }
 
 
-def memory_runs(script, configs, variants, reps, child_args, log):
+def memory_runs(script, configs, variants, reps, child_args, log, env=None):
     """Peak memory from one child process per (configuration, variant, repetition).
 
     Interleaved: for each repetition, for each configuration, every variant in an order
     rotated by one per repetition. ``variants`` is a list, or a function of the
     configuration returning one. ``child_args(config, variant)`` gives the child's
-    arguments; the child prints :func:`memory_result`. Returns ``{config: {variant: [the
-    children's results]}}``.
+    arguments; the child prints :func:`memory_result`; ``env`` (a dict or None) is added to
+    the children's environment. Returns ``{config: {variant: [the children's results]}}``.
     """
     names = {c: list(variants(c) if callable(variants) else variants) for c in configs}
     raw = {c: {v: [] for v in names[c]} for c in configs}
@@ -72,7 +98,7 @@ def memory_runs(script, configs, variants, reps, child_args, log):
             vs = names[c]
             vs = vs[rep % len(vs) :] + vs[: rep % len(vs)]
             for v in vs:
-                res, dt = children.run_child(script, child_args(c, v), log)
+                res, dt = children.run_child(script, child_args(c, v), log, env=env)
                 raw[c][v].append(res)
                 log(
                     f"  memory rep {rep} {c} {v}: maxrss {res['maxrss_kb'] / 1024:.0f} MB, "
@@ -83,9 +109,11 @@ def memory_runs(script, configs, variants, reps, child_args, log):
 
 
 def memory_ratios(raw, variants):
-    """Ratios to ``base`` of one configuration's memory results, per repetition: peak RSS
-    and the increment (peak minus the RSS before the model). Returns ``{variant: {...}}``
-    for the variants other than base, plus ``base_peak_mb_median``."""
+    """Ratios to ``base`` of one configuration's memory results, per repetition: peak RSS,
+    the increment (peak minus the RSS before the model) and, where every child reported
+    it, the tensors' peak (``tensor_peak_ratio``, ``tensor_peak_mb_median``). Returns
+    ``{variant: {...}}`` for the variants other than base, plus ``base_peak_mb_median``
+    (and ``base_tensor_peak_mb_median``)."""
     base = raw["base"]
     out = {}
     for v in variants:
@@ -102,5 +130,20 @@ def memory_ratios(raw, variants):
             "increment_ratio": summarize(inc_ratio),
             "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024,
         }
+        if _has_tensor_peaks(raw[v]) and _has_tensor_peaks(base):
+            out[v]["tensor_peak_ratio"] = summarize(
+                [r["tensor_peak_bytes"] / b["tensor_peak_bytes"] for r, b in zip(raw[v], base)]
+            )
+            out[v]["tensor_peak_mb_median"] = _median_mb(raw[v])
     out["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
+    if _has_tensor_peaks(base):
+        out["base_tensor_peak_mb_median"] = _median_mb(base)
     return out
+
+
+def _has_tensor_peaks(results):
+    return bool(results) and all(r.get("tensor_peak_bytes") for r in results)
+
+
+def _median_mb(results):
+    return float(np.median([r["tensor_peak_bytes"] for r in results])) / 2**20

@@ -17,6 +17,7 @@ import overhead_bounds  # noqa: E402
 import passes  # noqa: E402
 
 import bounds  # noqa: E402
+import peak_memory  # noqa: E402
 
 _BOUNDS = (
     bounds.Bound("ratio", 1.5, "cnn1d's", {"model": "cnn1d"}),
@@ -124,8 +125,9 @@ class RegisteredBoundsTest(tf.test.TestCase):
 
     def test_overhead_bounds_bert_tinys_defaults_at_issue_39s_targets(self):
         """``vr_default`` (the defaults: diagnostics every 100 steps) is bounded at 1.15 of
-        LAMB's step at batch 64, 1.05 at 256 and 1.30 of its peak memory at 64; ``vr``
-        (every step) keeps its recorded bound."""
+        LAMB's step at batch 64, 1.05 at 256 and 1.30 of its tensors' peak at 64, and its
+        peak RSS (default allocator) by its recorded value; ``vr`` (every step) keeps its
+        recorded bound."""
         timing = [
             {
                 "model": "bert_tiny",
@@ -141,7 +143,10 @@ class RegisteredBoundsTest(tf.test.TestCase):
                 "pair": "lamb",
                 "batch": 64,
                 "vr": {"peak_ratio": {"median": 1.45}},
-                "vr_default": {"peak_ratio": {"median": 1.31}},
+                "vr_default": {
+                    "peak_ratio": {"median": 1.71},
+                    "tensor_peak_ratio": {"median": 1.31},
+                },
             }
         ]
         doc = {"timing": timing, "memory": memory}
@@ -155,9 +160,15 @@ class RegisteredBoundsTest(tf.test.TestCase):
                 ("vr_default_step_ratio", 64): (1.15, True),
                 ("vr_default_step_ratio", 256): (1.05, False),
                 ("vr_peak_memory_ratio", 64): (1.51, True),
-                ("vr_default_peak_memory_ratio", 64): (1.3, False),
+                ("vr_default_peak_memory_ratio", 64): (1.7, False),
+                ("vr_default_tensor_peak_ratio", 64): (1.3, False),
             },
         )
+        # Peak RSS under the BFC allocator is another quantity: only the tensors are bounded.
+        doc["config"] = {"cpu_allocator": "bfc"}
+        verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
+        got = {v.metric for v in verdicts if v.metric.startswith("vr_default_")}
+        self.assertEqual(got, {"vr_default_step_ratio", "vr_default_tensor_peak_ratio"})
 
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [
@@ -175,3 +186,45 @@ class RegisteredBoundsTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class PeakMemoryTest(tf.test.TestCase):
+    """benchmarks/peak_memory.py: the ratios of peak RSS and, where the children ran under
+    TensorFlow's BFC CPU allocator, of the tensors' own peak."""
+
+    def _child(self, rss_mb, before_mb, tensor_mb):
+        return {
+            "maxrss_kb": rss_mb * 1024,
+            "rss_before_model_kb": before_mb * 1024,
+            "tensor_peak_bytes": None if tensor_mb is None else tensor_mb * 2**20,
+        }
+
+    def test_tensor_peak_ratio_is_per_repetition_against_the_same_repetitions_base(self):
+        raw = {
+            "base": [self._child(3000, 900, 1200), self._child(3100, 900, 1000)],
+            "vr": [self._child(5200, 900, 1500), self._child(4000, 900, 1300)],
+        }
+        got = peak_memory.memory_ratios(raw, ["base", "vr"])
+        self.assertAllClose(
+            [got["vr"]["tensor_peak_ratio"][k] for k in ("min", "median", "max")],
+            [1.25, (1.25 + 1.3) / 2, 1.3],
+        )
+        self.assertAllClose(got["vr"]["peak_ratio"]["max"], 5200 / 3000)
+        self.assertAllClose(got["vr"]["increment_ratio"]["min"], 3100 / 2200)
+        self.assertAllClose(got["vr"]["tensor_peak_mb_median"], 1400.0)
+        self.assertAllClose(got["base_tensor_peak_mb_median"], 1100.0)
+
+    def test_no_tensor_ratio_unless_every_child_reported_its_tensors(self):
+        raw = {
+            "base": [self._child(3000, 900, 1200), self._child(3100, 900, None)],
+            "vr": [self._child(5200, 900, 1500), self._child(4000, 900, 1300)],
+        }
+        got = peak_memory.memory_ratios(raw, ["base", "vr"])
+        self.assertNotIn("tensor_peak_ratio", got["vr"])
+        self.assertNotIn("base_tensor_peak_mb_median", got)
+
+    def test_the_default_cpu_allocator_keeps_no_statistics(self):
+        """This test process runs TensorFlow's default CPU allocator (no BFC_ENV)."""
+        if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"):
+            self.skipTest("the BFC allocator is on in this process")
+        self.assertEqual(peak_memory.tensor_memory(), (None, None))
