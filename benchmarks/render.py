@@ -113,7 +113,7 @@ def main(argv):
     text = "\n".join(lines).rstrip() + "\n"
     readme = FLAGS.readme or (None if FLAGS.quick else os.path.join(REPO, "README.md"))
     if readme:
-        write_readme_block(readme, ctx.headline_ov, memory, ctx.readme_short)
+        write_readme_block(readme, ctx.headline_ov, memory, ctx.readme_short, ctx.readme_memory)
     os.makedirs(os.path.dirname(os.path.abspath(out_md)), exist_ok=True)
     with open(out_md, "w") as f:
         f.write(text)

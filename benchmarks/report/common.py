@@ -23,6 +23,7 @@ VARIANT_LABEL = {
     "vr_nostats": "VR-X, statistics_interval=0 (no diagnostics)",
     "vr": "VR-X, diagnostics every step (statistics_interval=1)",
     "vr_default": "VR-X with its defaults (diagnostics every 100 steps)",
+    "vr_unclustered": 'VR-X with its defaults and xla_cluster="never" (the GSNR math op by op)',
     "vr_unpacked": "VR-X as `vr` with pack_limit=0 (no small variables packed: the step "
     "before the pack)",
     "vr_beta3_0": "VR-X with beta_3=0 (no factor state), diagnostics every step",
@@ -41,6 +42,8 @@ class Context(ReportContext):
       readme_lines: further Markdown lines for the full list in docs/results.md (the
         summary), from any section.
       readme_short: further Markdown lines for the README block itself, from any section.
+      readme_memory: text appended to the README block's peak-memory bullet (the tensors'
+        own peak, where a section has it), or "".
     """
 
     RESULTS = RESULTS
@@ -48,6 +51,7 @@ class Context(ReportContext):
     headline_ov: list = dataclasses.field(default_factory=list)
     readme_lines: list = dataclasses.field(default_factory=list)
     readme_short: list = dataclasses.field(default_factory=list)
+    readme_memory: str = ""
 
 
 def pyplot():

@@ -57,8 +57,9 @@ def summary_lines(headline_ov, docs, memory=(), extra_lines=()):
     return lines
 
 
-def short_lines(headline_ov, memory=()):
-    """A few bullets for the README: the step-time and memory ranges."""
+def short_lines(headline_ov, memory=(), memory_note=""):
+    """A few bullets for the README: the step-time and memory ranges (``memory_note``
+    appended to the memory bullet)."""
     lines = []
     medians = [e["ratio"]["vr"]["median"] for e in headline_ov]
     if medians:
@@ -69,13 +70,14 @@ def short_lines(headline_ov, memory=()):
         )
     peaks = [pr["median"] for _, pr in _peak_ratios(memory)]
     if peaks:
-        lines.append(f"- Peak memory VR/base: {min(peaks):.2f}–{max(peaks):.2f}.")
+        lines.append(f"- Peak memory VR/base: {min(peaks):.2f}–{max(peaks):.2f}{memory_note}.")
     return lines
 
 
-def write_readme_block(readme, headline_ov, memory=(), extra=()):
-    """Replaces the README's text between README_BEGIN and README_END with ``short_lines``,
-    the sections' ``extra`` lines and a link to the full list in docs/results.md."""
+def write_readme_block(readme, headline_ov, memory=(), extra=(), memory_note=""):
+    """Replaces the README's text between README_BEGIN and README_END with ``short_lines``
+    (``memory_note`` as there), the sections' ``extra`` lines and a link to the full list
+    in docs/results.md."""
     with open(readme) as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
@@ -87,7 +89,7 @@ def write_readme_block(readme, headline_ov, memory=(), extra=()):
         f"[docs/results.md](docs/results.md#{SUMMARY_ANCHOR}))",
         "",
     ]
-    lines += short_lines(headline_ov, memory) + list(extra)
+    lines += short_lines(headline_ov, memory, memory_note) + list(extra)
     block = "\n".join(lines).rstrip()
     start = text.index(README_BEGIN) + len(README_BEGIN)
     end = text.index(README_END)

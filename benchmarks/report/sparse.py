@@ -83,6 +83,7 @@ def render(ctx, lines):
     _remeasured(sp.get("remeasured", []), label, lines)
     mem = load(os.path.join(RESULTS, "overhead_bert_memory.json"))
     _memory_parts(mem, lines)
+    _tensor_memory(load(os.path.join(RESULTS, "overhead_bert_tensor_memory.json")), ctx, lines)
     _readme_bert(sp.get("remeasured", []), mem, ctx.readme_lines)
     _gsnr_memory(load(os.path.join(RESULTS, "gsnr_memory.json")), lines)
     for err in sp.get("bert_errors", []):
@@ -146,6 +147,52 @@ def _memory_parts(doc, lines):
             f"| {VARIANT_LABEL.get(v, v)} | {r['peak_mb_median']:.0f} | "
             f"{r['peak_mb_median'] - base_mb:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
             f"{pr['max']:.3f}) |"
+        )
+
+
+def _tensor_memory(doc, ctx, lines):
+    """BERT-tiny's peak memory twice (``overhead_bert_tensor_memory.json``, children under
+    TensorFlow's BFC CPU allocator): the tensors' own peak, against issue 39's 1.30, and
+    the process's peak RSS; the README's memory bullet gets the defaults' two ratios."""
+    if not (doc and doc.get("memory")):
+        return
+    m = doc["memory"][0]
+    if "base_tensor_peak_mb_median" not in m:
+        return
+    lines += [
+        "",
+        f"BERT-tiny peak memory, tensors and process (`{doc['command']}`, kept as "
+        "`benchmarks/results/overhead_bert_tensor_memory.json`; "
+        f"{doc['config']['memory_reps']} subprocesses per variant under TensorFlow's BFC CPU "
+        "allocator, ratios per repetition). The tensors' peak is the allocator's own (every "
+        "replica's tensors and XLA's buffers): what an accelerator's memory holds, and what "
+        "issue 39's target of 1.30 bounds. Peak RSS adds the traced graphs, their kernels "
+        "and one compiled XLA cluster per replica, host memory on an accelerator "
+        "([cost model](cost_model.md), section 6.6). Base: "
+        f"{m['base_tensor_peak_mb_median']:.0f} MB of tensors in a "
+        f"{m['base_peak_mb_median']:.0f} MB process.",
+        "",
+        "| variant | tensors' peak MB | tensors' ratio median (min / max) | peak RSS MB | "
+        "RSS ratio median (min / max) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for v in doc["config"]["memory_variants"]:
+        r = m.get(v)
+        if v == "base" or not isinstance(r, dict) or "tensor_peak_ratio" not in r:
+            continue
+        tr, pr = r["tensor_peak_ratio"], r["peak_ratio"]
+        lines.append(
+            f"| {VARIANT_LABEL.get(v, v)} | {r['tensor_peak_mb_median']:.0f} | "
+            f"{tr['median']:.3f} ({tr['min']:.3f} / {tr['max']:.3f}) | "
+            f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
+            f"{pr['max']:.3f}) |"
+        )
+    if isinstance(m.get("vr_default"), dict) and "tensor_peak_ratio" in m["vr_default"]:
+        r = m["vr_default"]
+        ctx.readme_memory = (
+            f"; BERT-tiny with the defaults at batch 64: tensors "
+            f"{r['tensor_peak_ratio']['median']:.2f}, process RSS "
+            f"{r['peak_ratio']['median']:.2f} (graphs and one XLA cluster per CPU replica)"
         )
 
 
