@@ -504,6 +504,14 @@ def memory_runs(log):
     raw = peak_memory.memory_runs(
         __file__, configs, variants, FLAGS.memory_reps, child_args, log, env=env
     )
+    if env is not None:
+        missing = [
+            (c, v) for c in configs for v in raw[c] if not peak_memory.has_tensor_peaks(raw[c][v])
+        ]
+        if missing:
+            raise RuntimeError(
+                f"--cpu_allocator=bfc, but these children reported no tensor peak: {missing}"
+            )
     out = []
     for c in configs:
         entry = {"model": c[0], "pair": c[1], "batch": c[2], "raw": raw[c]}
@@ -607,7 +615,8 @@ def main(argv):
             if FLAGS.cpu_allocator == "bfc"
             else ""
         ),
-        "tf_get_memory_info_cpu": meminfo,
+        "tf_get_memory_info_cpu": meminfo
+        + ("" if FLAGS.cpu_allocator == "default" else " (this process; the children: BFC)"),
         "timing": [],
         "memory": [],
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -130,18 +130,19 @@ def memory_ratios(raw, variants):
             "increment_ratio": summarize(inc_ratio),
             "peak_mb_median": float(np.median([r["maxrss_kb"] for r in raw[v]])) / 1024,
         }
-        if _has_tensor_peaks(raw[v]) and _has_tensor_peaks(base):
+        if has_tensor_peaks(raw[v]) and has_tensor_peaks(base):
             out[v]["tensor_peak_ratio"] = summarize(
                 [r["tensor_peak_bytes"] / b["tensor_peak_bytes"] for r, b in zip(raw[v], base)]
             )
             out[v]["tensor_peak_mb_median"] = _median_mb(raw[v])
     out["base_peak_mb_median"] = float(np.median([b["maxrss_kb"] for b in base])) / 1024
-    if _has_tensor_peaks(base):
+    if has_tensor_peaks(base):
         out["base_tensor_peak_mb_median"] = _median_mb(base)
     return out
 
 
-def _has_tensor_peaks(results):
+def has_tensor_peaks(results):
+    """Whether every child result in ``results`` (a non-empty list) reported its tensors."""
     return bool(results) and all(r.get("tensor_peak_bytes") for r in results)
 
 

@@ -167,8 +167,8 @@ class RegisteredBoundsTest(tf.test.TestCase):
         # Peak RSS under the BFC allocator is another quantity: only the tensors are bounded.
         doc["config"] = {"cpu_allocator": "bfc"}
         verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
-        got = {v.metric for v in verdicts if v.metric.startswith("vr_default_")}
-        self.assertEqual(got, {"vr_default_step_ratio", "vr_default_tensor_peak_ratio"})
+        got = {v.metric for v in verdicts if "memory" in v.metric or "tensor" in v.metric}
+        self.assertEqual(got, {"vr_default_tensor_peak_ratio"})
 
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [
@@ -182,10 +182,6 @@ class RegisteredBoundsTest(tf.test.TestCase):
         self.assertEqual({v.case["inter_op_threads"] for v in verdicts}, {1})
         self.assertEqual(sorted(v.limit for v in verdicts), [5.9, 8.6, 9.1, 13.0])
         self.assertFalse(any(v.passed for v in verdicts))
-
-
-if __name__ == "__main__":
-    tf.test.main()
 
 
 class PeakMemoryTest(tf.test.TestCase):
@@ -228,3 +224,7 @@ class PeakMemoryTest(tf.test.TestCase):
         if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"):
             self.skipTest("the BFC allocator is on in this process")
         self.assertEqual(peak_memory.tensor_memory(), (None, None))
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -59,7 +59,7 @@ class ReadmeBlockTest(tf.test.TestCase):
         self.assertLessEqual(len(block.strip().splitlines()), 6)
         self.assertIn(f"docs/results.md#{readme.SUMMARY_ANCHOR}", block)
         self.assertIn("median 1.05–1.50 over 3", block)
-        self.assertIn("Peak memory VR/base: 1.30–1.30", block)
+        self.assertIn("Peak memory VR/base (process RSS, diagnostics every step): 1.30–1.30", block)
         self.assertNotIn("old", block)
         self.assertTrue(text.endswith(f"{readme.README_END}\n\n## After\n"))
 

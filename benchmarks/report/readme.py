@@ -70,7 +70,10 @@ def short_lines(headline_ov, memory=(), memory_note=""):
         )
     peaks = [pr["median"] for _, pr in _peak_ratios(memory)]
     if peaks:
-        lines.append(f"- Peak memory VR/base: {min(peaks):.2f}–{max(peaks):.2f}{memory_note}.")
+        lines.append(
+            f"- Peak memory VR/base (process RSS, diagnostics every step): "
+            f"{min(peaks):.2f}–{max(peaks):.2f}{memory_note}."
+        )
     return lines
 
 

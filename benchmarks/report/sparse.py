@@ -154,14 +154,14 @@ def _tensor_memory(doc, ctx, lines):
     """BERT-tiny's peak memory twice (``overhead_bert_tensor_memory.json``, children under
     TensorFlow's BFC CPU allocator): the tensors' own peak, against issue 39's 1.30, and
     the process's peak RSS; the README's memory bullet gets the defaults' two ratios."""
-    if not (doc and doc.get("memory")):
+    entries = [m for m in (doc or {}).get("memory", []) if m["model"] == "bert_tiny"]
+    if not entries or "base_tensor_peak_mb_median" not in entries[0]:
         return
-    m = doc["memory"][0]
-    if "base_tensor_peak_mb_median" not in m:
-        return
+    m = entries[0]
     lines += [
         "",
-        f"BERT-tiny peak memory, tensors and process (`{doc['command']}`, kept as "
+        f"BERT-tiny peak memory at batch {m['batch']}, tensors and process "
+        f"(`{doc['command']}`, kept as "
         "`benchmarks/results/overhead_bert_tensor_memory.json`; "
         f"{doc['config']['memory_reps']} subprocesses per variant under TensorFlow's BFC CPU "
         "allocator, ratios per repetition). The tensors' peak is the allocator's own (every "
@@ -190,7 +190,7 @@ def _tensor_memory(doc, ctx, lines):
     if isinstance(m.get("vr_default"), dict) and "tensor_peak_ratio" in m["vr_default"]:
         r = m["vr_default"]
         ctx.readme_memory = (
-            f"; BERT-tiny with the defaults at batch 64: tensors "
+            f"; BERT-tiny with the defaults at batch {m['batch']}: tensors "
             f"{r['tensor_peak_ratio']['median']:.2f}, process RSS "
             f"{r['peak_ratio']['median']:.2f} (graphs and one XLA cluster per CPU replica)"
         )
