@@ -57,8 +57,7 @@ def render(ctx, lines):
             lines.append(
                 f"| {e['model']} | {PAIR_LABEL.get(e['pair'], e['pair'])} | {e['batch']} | "
                 f"{e['replicas']} | {e['params']:,} | {label.get(v, v)} | "
-                f"{e['step_ms'][v]['median']:.1f} | {r['median']:.3f} ({r['min']:.3f} / "
-                f"{r['max']:.3f}) | "
+                f"{e['step_ms'][v]['median']:.1f} | {_spread(r)} | "
                 + (f"{wc['max_abs_diff_rel']:.1e} vs {wc['vs']}" if wc else "")
                 + " |"
             )
@@ -77,8 +76,7 @@ def render(ctx, lines):
                 lines.append(
                     f"| {m['model']} | {PAIR_LABEL.get(m['pair'], m['pair'])} | {m['batch']} "
                     f"| {label.get(v, v)} | {m['base_peak_mb_median']:.0f} | "
-                    f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
-                    f"{pr['max']:.3f}) |"
+                    f"{r['peak_mb_median']:.0f} | {_spread(pr)} |"
                 )
     _remeasured(sp.get("remeasured", []), label, lines)
     mem = load(os.path.join(RESULTS, "overhead_bert_memory.json"))
@@ -89,6 +87,11 @@ def render(ctx, lines):
     for err in sp.get("bert_errors", []):
         lines += ["", f"A BERT-tiny row failed: `{err[:300]}`"]
     lines.append("")
+
+
+def _spread(summary) -> str:
+    """A ratio's ``timing.summarize`` record as table text: ``median (min / max)``."""
+    return f"{summary['median']:.3f} ({summary['min']:.3f} / {summary['max']:.3f})"
 
 
 def _readme_bert(runs, mem, readme_lines):
@@ -145,8 +148,7 @@ def _memory_parts(doc, lines):
         pr = r["peak_ratio"]
         lines.append(
             f"| {VARIANT_LABEL.get(v, v)} | {r['peak_mb_median']:.0f} | "
-            f"{r['peak_mb_median'] - base_mb:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
-            f"{pr['max']:.3f}) |"
+            f"{r['peak_mb_median'] - base_mb:.0f} | {_spread(pr)} |"
         )
 
 
@@ -183,9 +185,7 @@ def _tensor_memory(doc, ctx, lines):
         tr, pr = r["tensor_peak_ratio"], r["peak_ratio"]
         lines.append(
             f"| {VARIANT_LABEL.get(v, v)} | {r['tensor_peak_mb_median']:.0f} | "
-            f"{tr['median']:.3f} ({tr['min']:.3f} / {tr['max']:.3f}) | "
-            f"{r['peak_mb_median']:.0f} | {pr['median']:.3f} ({pr['min']:.3f} / "
-            f"{pr['max']:.3f}) |"
+            f"{_spread(tr)} | {r['peak_mb_median']:.0f} | {_spread(pr)} |"
         )
     if isinstance(m.get("vr_default"), dict) and "tensor_peak_ratio" in m["vr_default"]:
         r = m["vr_default"]
