@@ -240,7 +240,7 @@ def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
     local = halves.with_half(plan, samples_lib.local_samples(layout, grads, squares), ctx)
     reduced = collectives.all_reduce_samples(local, ctx, settings.squares_dtype)
     summed = samples_lib.assemble(layout, grads, reduced)
-    applied = [1.0] * len(layout.blocks)
+    factors = step_lib._Factors([None] * len(layout.blocks), [1.0] * len(layout.blocks), None)
     if level >= 1:
         raw = step_lib._factors(layout, summed, settings)
         report = step_lib._report(layout, summed, raw, plan, False)
@@ -252,8 +252,7 @@ def stage_prefix(stage, grads, squares, variables, state, outputs, k, settings):
             again = step_lib._in_branch(layout, state, summed, factors, commit, settings, True)
             rows = step_lib._rows(layout, state, summed, plan, report, settings, again)
             step_lib._record(layout, state, report, True, rows)
-        applied = factors.applied
-    for o, out in zip(outputs, step_lib._outputs(layout, summed, applied)):
+    for o, out in zip(outputs, step_lib._outputs(layout, summed, factors)):
         o.assign(out)
 
 

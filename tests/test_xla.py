@@ -233,6 +233,47 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         # The uncommitted step still applied its smoothed factor (not 1, not d_{t-1}'s).
         self.assertNotAllClose(xla[1][0], steps[1]["a"].sum(0))
 
+    def test_xla_output_of_a_committing_step_reads_s1_and_the_stored_deficit_only(self):
+        """Under XLA the output ``p_hat * S1`` is made in one conditional on the commit's
+        predicate (``step._scaled``): the branch of a step that commits takes ``S1`` and the
+        stored ``d_t`` (two arrays of the variable's size) and not ``S2``, which only the
+        other branch reads (``docs/cost_model.md`` section 6.7). Read from the optimized
+        HLO of the compiled step on one dense variable of 4,096 elements."""
+        k, rng = 4, np.random.RandomState(5)
+        variable = tf.Variable(tf.zeros([64, 64]), name="w")
+        state = gsnr.VRGDState(
+            lambda kind, i, shape, ref_: tf.Variable(tf.zeros(shape), name=kind), id, 0.9
+        )
+        state.add_variables([variable])
+        g = rng.randn(k, 64, 64).astype(np.float32)
+        ctx = FakeReplicaContext([[g[d]] for d in range(1, k)])
+
+        def fn(mine):
+            settings = gsnr.VRGDSettings(gamma=0.1, beta_3=0.9)
+            return gsnr.variance_reduce(
+                [mine],
+                [variable],
+                settings=settings,
+                state=state,
+                replica_context=ctx,
+                record_statistics=False,
+            )
+
+        step = tf.function(fn, jit_compile=True)
+        hlo = step.experimental_get_compiler_ir(tf.constant(g[0]))(stage="optimized_hlo")
+        lines = hlo[hlo.index("ENTRY") :].splitlines()
+        big = ("f32[4096]", "f32[64,64]")
+        outputs = [
+            line
+            for line in lines
+            if " conditional(" in line and any(b in line.split("conditional(")[0] for b in big)
+        ]
+        self.assertLen(outputs, 1, msg="the output's conditional")
+        true_operand = outputs[0].split("conditional(")[1].split(",")[1].strip()
+        (tuple_line,) = [line for line in lines if line.strip().startswith(true_operand + " ")]
+        signature = tuple_line.split(" tuple(")[0]
+        self.assertEqual(sum(signature.count(b) for b in big), 2, msg=tuple_line)
+
     def test_xla_steps_whose_stored_deficit_is_not_d_t_equal_the_graph_steps(self):
         """The read-back of ``step._commit`` needs the stored deficit to be the step's
         ``d_t``: not for a bfloat16 state under float32 settings (a direct call; the state

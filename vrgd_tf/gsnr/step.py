@@ -226,11 +226,14 @@ class _Factors(NamedTuple):
         and the factor transforms).
       corrections: the new ``c_t`` per block (``beta_3 > 0``; ``[v]`` for a pack), else
         None.
+      scaled: None, or per block ``applied * S1`` made already (a dense float32 block
+        under XLA, :func:`_scaled`) or None.
     """
 
     raw: List[factors_lib.Factor]
     applied: List[tf.Tensor]
     corrections: Optional[List[tf.Tensor]]
+    scaled: Optional[List[Optional[tf.Tensor]]] = None
 
 
 def _pieces(block):
@@ -351,6 +354,36 @@ def _applied_from(layout, summed, raw, commit, settings, stored) -> List[tf.Tens
     return out
 
 
+def _scaled(layout, summed, raw, commit, settings, stored) -> List[Optional[tf.Tensor]]:
+    """``applied * S1`` of each dense float32 block (None for the others) in one
+    conditional on ``commit.predicate``: where the step committed, ``(1 - d_t / c_t) *
+    S1`` from the stored ``d_t`` alone, so that the loop of a step that commits reads
+    ``S1`` and ``d_t`` and not ``S2``; where it did not, the factor taken again as
+    :func:`_applied_from` takes it (the same values, ``docs/cost_model.md`` section 6.7)."""
+    dense = [b.path == layout_lib.DENSE for b in layout.blocks]
+    kept = [i for i, d in enumerate(dense) if d]
+    if not kept:
+        return [None] * len(dense)
+    s1s = [summed.s1[i] for i in kept]
+    divisors = [packing.per_element(commit.corrections[i], _pieces(layout.blocks[i])) for i in kept]
+
+    def committed():
+        gamma = settings.gamma
+        return [
+            smoothing.corrected(stored[i], c, gamma) * s1 for i, c, s1 in zip(kept, divisors, s1s)
+        ]
+
+    def not_committed():
+        again = _applied_from(layout, summed, raw, commit, settings, stored)
+        return [again[i] * s1 for i, s1 in zip(kept, s1s)]
+
+    out = tf.cond(commit.predicate, committed, not_committed)
+    scaled = [None] * len(dense)
+    for i, x in zip(kept, out):
+        scaled[i] = x
+    return scaled
+
+
 def _reads_back(layout, state) -> bool:
     """Whether the step takes its smoothed factors from the deficits as stored (under XLA,
     :func:`_commit`): only there and where :func:`_stores_d_t`."""
@@ -373,7 +406,9 @@ def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
     step that commits has written ``d_t``, and from ``d_{t-1}`` and the factor recomputed
     from ``S1`` and ``S2`` where it has not (the same values). The previous deficits are
     then read only by the loop that writes the new ones, and XLA does not write the factor
-    out for two consumers (``docs/cost_model.md`` section 6.2).
+    out for two consumers (``docs/cost_model.md`` section 6.2). The outputs ``f * S1`` of
+    the dense blocks come with them (``scaled``, :func:`_scaled`: one conditional, so that
+    a step that commits does not read ``S2`` again, section 6.7).
     """
     if commit is None:
         return factors
@@ -394,7 +429,8 @@ def _commit(layout, state, summed, factors, commit, settings) -> _Factors:
         a if b.path == layout_lib.SPARSE_ROWS else x
         for b, a, x in zip(layout.blocks, factors.applied, again)
     ]
-    return factors._replace(applied=applied)
+    scaled = _scaled(layout, summed, factors.raw, commit, settings, stored)
+    return factors._replace(applied=applied, scaled=scaled)
 
 
 def _transformed(layout, summed, factors, report, variables, settings, step) -> _Factors:
@@ -420,7 +456,7 @@ def _transformed(layout, summed, factors, report, variables, settings, step) -> 
         tf.where(measured, packing.concat([out[e.position] for e in b.entries]), a)
         for b, a in zip(layout.blocks, factors.applied)
     ]
-    return factors._replace(applied=applied)
+    return factors._replace(applied=applied, scaled=None)
 
 
 def _with_transforms_finite(report, factors, settings) -> StepReport:
@@ -537,7 +573,7 @@ def _gsnr_math(math, settings):
     factors = _commit(layout, state, summed, factors, commit, settings)
     factors = _transformed(layout, summed, factors, report, math.variables, settings, math.step)
     report = _with_transforms_finite(report, factors, settings)
-    return _outputs(layout, summed, factors.applied), factors, commit, report
+    return _outputs(layout, summed, factors), factors, commit, report
 
 
 def _clusters(layout, settings) -> bool:
@@ -579,6 +615,7 @@ def _clustered(math, settings, record):
         factors = factors._replace(
             raw=[f if k else f._replace(factor=None) for k, f in zip(leaves, factors.raw)],
             applied=[a if k else None for k, a in zip(leaves, factors.applied)],
+            scaled=None,
         )
         return outputs, tensors, (factors, commit and commit._replace(deficits=None))
 
@@ -616,12 +653,13 @@ def _record(layout, state, report, record, rows) -> None:
     state_lib.record(state, indices, rows[1], predicate, kind="split_half")
 
 
-def _outputs(layout, summed, applied) -> List:
-    """``f * S1`` per entry, in the gradient's kind, shape and dtype (see
-    :func:`variance_reduce`)."""
+def _outputs(layout, summed, factors) -> List:
+    """``f * S1`` per entry (``factors.applied``, or ``factors.scaled`` where made), in the
+    gradient's kind, shape and dtype (see :func:`variance_reduce`)."""
     out = [None] * len(layout.entries)
-    for b, s1, f, rows, sums, wide in zip(
-        layout.blocks, summed.s1, applied, summed.rows, summed.sparse, summed.wide
+    scaled = factors.scaled or [None] * len(layout.blocks)
+    for b, s1, f, rows, sums, wide, fs1 in zip(
+        layout.blocks, summed.s1, factors.applied, summed.rows, summed.sparse, summed.wide, scaled
     ):
         e = b.entries[0]
         if b.path == layout_lib.SPARSE_ROWS:
@@ -633,7 +671,8 @@ def _outputs(layout, summed, applied) -> List:
             # beyond float32's range stays finite); the factor is from float32 statistics.
             out[e.position] = tf.cast(tf.reshape(f, e.shape), tf.float64) * wide
         else:
-            for e, piece in zip(b.entries, packing.pieces(f * s1, _pieces(b))):
+            fs1 = f * s1 if fs1 is None else fs1
+            for e, piece in zip(b.entries, packing.pieces(fs1, _pieces(b))):
                 out[e.position] = tf.cast(tf.reshape(piece, e.shape), e.dtype)
     return out
 
