@@ -1,9 +1,9 @@
 """The GSNR step's cost in element passes, round by round (issue 39), and its README line.
 
-Inputs: ``passes.py``'s JSONs ``benchmarks/results/passes_issue39_round{3,4,5,7}*.json``,
+Inputs: ``passes.py``'s JSONs ``benchmarks/results/passes_issue39_round{3,4,5,7,8}*.json``,
 each a before or an after run of one round, round 7 the same TensorFlow code again on
 another machine (:data:`RUNS`: the library's commit and the allocator protocol per run;
-``docs/cost_model.md`` sections 6.2-6.6 say what each round changed).
+``docs/cost_model.md`` sections 6.2-6.7 say what each round changed).
 Numbers are VR-LAMB minus LAMB in passes per element, median (min-based in brackets), and
 the defaults over LAMB's whole update, against issue 39's targets (:data:`TARGETS`)."""
 
@@ -22,6 +22,8 @@ RUNS = (
     ("passes_issue39_round5_after", "round 5, after", "92d8b80", "no mmap"),
     ("passes_issue39_round5_after_rerun", "round 5, after (rerun)", "dfe609d", "no mmap"),
     ("passes_issue39_round7", "round 7, again (a new machine)", "737c534", "no mmap"),
+    ("passes_issue39_round8_before", "round 8, before", "45efe23", "no mmap"),
+    ("passes_issue39_round8_after", "round 8, after", "0f67193", "no mmap"),
 )
 #: Issue 39's targets for the defaults: passes per element by mode, and the ratio to LAMB.
 TARGETS = {False: 10.0, True: 8.0}
