@@ -77,3 +77,29 @@ def test_read_back_factor_momentum_equals_the_float64_momentum(interval):
             assert row["mean_factor"] == pytest.approx(want.mean(), rel=1e-5)
             at_gamma = np.mean(raw <= GAMMA * (1 + 1e-6))
             assert row["frac_at_gamma"] == pytest.approx(at_gamma, abs=1.5 / raw.size)
+
+
+def test_the_output_of_a_committing_step_reads_s1_and_the_stored_deficit_only():
+    """``u = f * S1 / k`` is made in one ``lax.cond`` on the commit
+    (``VRGDOptimizer._vrgd_outputs``): the branch of a step that commits takes ``S1`` and
+    the stored ``d_t`` (two arrays of the variable's size) and not ``S2``, which only the
+    other branch reads (``docs/cost_model.md`` section 6.7). Read from the compiled HLO of
+    the step on one variable of 4,096 elements."""
+    use_devices(1)
+    variables = [keras.Variable(np.zeros((64, 64), np.float32), name="kernel")]
+    opt = vrgd_tf.VRGDSGD(LR, beta_3=BETA_3, gamma=GAMMA, statistics_interval=0)
+    opt.build(variables)
+    s1 = np.ones((64, 64), np.float32)
+    sums = GroupSums([s1], [s1 * 2], np.float32(4))
+    args = ([v.value for v in opt.variables], sums, [v.value for v in variables])
+    text = jax.jit(opt.vrgd_stateless_apply).lower(*args).compile().as_text()
+    lines = text.splitlines()
+    big = "f32[64,64]"
+    outputs = [line for line in lines if " conditional(" in line and big in line.split("=")[1]]
+    assert len(outputs) == 1, outputs
+    operands = outputs[0].split("conditional(")[1].split(")")[0].split(",")[1:]
+    counts = []
+    for name in (o.strip() for o in operands):
+        (line,) = [x for x in lines if x.strip().startswith(name + " ")]
+        counts.append(line.split(" tuple(")[0].count(big))
+    assert min(counts) == 2, (counts, outputs[0])

@@ -181,21 +181,40 @@ class VRGDOptimizer:
         commit = has_gsnr & finite
         smoothed = None
         if s.beta_3 > 0:
-            applied, smoothed = self._vrgd_smooth(sums, raws, has_gsnr, commit)
+            made, smoothed = self._vrgd_smooth(sums, raws, has_gsnr, commit)
         else:
-            applied = [jnp.where(has_gsnr, r.factor, 1.0) for r in raws]
+            made = [functools.partial(jnp.where, has_gsnr, r.factor, 1.0) for r in raws]
+        applied = [fn() for fn in made]  # unused values are left out of the program
         self._vrgd_record(sums, raws, applied, smoothed, has_gsnr, finite)
+        return self._vrgd_outputs(sums, made, smoothed, commit)
+
+    def _vrgd_outputs(self, sums, made, smoothed, commit):
+        """``u = f * S1 / k`` per variable in its dtype (``made``: ``fn() -> f`` each).
+        Where a float32 deficit is read back (``smoothed``), ``u`` is made in one
+        ``lax.cond`` on ``commit``: a step that commits takes ``1 - d_t / c_t`` from the
+        stored ``d_t`` and reads ``S1`` and ``d_t`` only, one that does not takes the factor
+        again (the same values); the output is then written once, not fused into the base
+        rule's loops with the factor written out (``docs/cost_model.md`` section 6.7)."""
         # The mean over every sample, as the base's loss over the whole batch (a group
         # without examples of nonzero weight still counts in its denominator).
         total = sums.k if sums.num_samples is None else sums.num_samples
         inv_k = 1.0 / jnp.maximum(total, 1.0)
-        return [
-            (f * s1 * inv_k).astype(var.dtype)
-            for f, s1, var in zip(applied, sums.s1, self._trainable_variables)
-        ]
+        gamma, s1 = self._vrgd_settings.gamma, sums.s1
+        read_back = [i for i, x in enumerate(smoothed or []) if x is not None]
+        out = [None if i in read_back else fn() * s1[i] * inv_k for i, fn in enumerate(made)]
+        if read_back:
+            scaled = jax.lax.cond(
+                commit,
+                lambda: [gsnr.corrected(*smoothed[i], gamma) * s1[i] * inv_k for i in read_back],
+                lambda: [made[i]() * s1[i] * inv_k for i in read_back],
+            )
+            for i, u in zip(read_back, scaled):
+                out[i] = u
+        return [u.astype(var.dtype) for u, var in zip(out, self._trainable_variables)]
 
     def _vrgd_smooth(self, sums, raws, has_gsnr, commit):
-        """The smoothed factors (spec section 3) and, for the diagnostics' branch, the
+        """``fn() -> the smoothed factor`` per variable (spec section 3; called where it
+        is used: :meth:`_vrgd_outputs`) and, for the diagnostics' branch and the output, the
         ``(d_t, c_t)`` stored per variable; commits the state on a step that ``commit``.
 
         A float32 deficit is read back after the commit: the factor is ``1 - d_t / c_t``
@@ -218,15 +237,23 @@ class VRGDOptimizer:
             if d.dtype == "float32":
                 # the branch's operand: the array stored, which exists anyway
                 stored.append((kept, new_c))
-                s1, s2, kept = jax.lax.optimization_barrier((s1, s2, kept))
-                again = gsnr.reapplied(s1, s2, sums.k, s.gamma, raw.mean_ratio)
-                redone = gsnr.smooth(again, kept, correction, s.beta_3, s.gamma)[1]
-                d_t = jnp.where(commit, kept, redone)
-                p_hat = gsnr.corrected(d_t, new_c, s.gamma)
+                args = (sums.k, s1, s2, kept, raw.mean_ratio, correction, new_c)
+                out.append(functools.partial(self._vrgd_read_back, commit, has_gsnr, *args))
             else:
                 stored.append(None)
-            out.append(jnp.where(has_gsnr, p_hat, 1.0))
+                out.append(functools.partial(jnp.where, has_gsnr, p_hat, 1.0))
         return out, stored
+
+    def _vrgd_read_back(self, commit, has_gsnr, k, s1, s2, kept, mean_ratio, correction, new_c):
+        """The smoothed factor from the stored deficit ``kept``: ``d_t`` where the step
+        committed, else ``d_t`` recomputed from it (``d_{t-1}``) and the raw factor taken
+        again from ``S1`` and ``S2`` (the same values)."""
+        s = self._vrgd_settings
+        s1, s2, kept = jax.lax.optimization_barrier((s1, s2, kept))
+        again = gsnr.reapplied(s1, s2, k, s.gamma, mean_ratio)
+        redone = gsnr.smooth(again, kept, correction, s.beta_3, s.gamma)[1]
+        d_t = jnp.where(commit, kept, redone)
+        return jnp.where(has_gsnr, gsnr.corrected(d_t, new_c, s.gamma), 1.0)
 
     def _vrgd_record(self, sums, raws, applied, smoothed, has_gsnr, finite):
         """The diagnostics of a recording step with finite sums. With
