@@ -1,7 +1,7 @@
 """The JAX path's GSNR cost, round by round (issue 39), and its README line.
 
-Inputs: ``jax_cost.py``'s JSONs ``benchmarks/results/jax_cost_*issue39_round{3,6}_*.json``
-(:data:`RUNS`: the library's commit per run; ``docs/cost_model.md`` sections 6.2 and 6.5 say
+Inputs: ``jax_cost.py``'s JSONs ``benchmarks/results/jax_cost_*issue39_round{3,6,8}_*.json``
+(:data:`RUNS`: the library's commit per run; ``docs/cost_model.md`` sections 6.2, 6.5 and 6.7 say
 what each round changed). The passes part: VR-LAMB minus LAMB in passes per element on one
 CPU device, median (min-based in brackets); the end-to-end part, where a run has it:
 VR-LAMB/LAMB step time and compiled memory on 8 CPU devices."""
@@ -18,6 +18,10 @@ RUNS = (
     ("jax_cost_issue39_round6_after", "round 6, after", "74376cc"),
     ("jax_cost_passes_issue39_round6_after_rerun", "round 6, after (rerun)", "74376cc"),
     ("jax_cost_passes_issue39_round6_before_rerun", "round 6, before (rerun)", "29f25b7"),
+    ("jax_cost_passes_issue39_round8_before", "round 8, before", "58e3d6c"),
+    ("jax_cost_passes_issue39_round8_after", "round 8, after", "b7892d8"),
+    ("jax_cost_passes_issue39_round8_after_rerun", "round 8, after (rerun)", "b7892d8"),
+    ("jax_cost_passes_issue39_round8_before_rerun", "round 8, before (rerun)", "58e3d6c"),
 )
 #: The passes part's arms (``jax_cost.VR_VARIANTS``): column title, key of the medians.
 ARMS = (
