@@ -365,13 +365,13 @@ def _scaled(layout, summed, raw, commit, settings, stored) -> List[Optional[tf.T
     if not kept:
         return [None] * len(dense)
     s1s = [summed.s1[i] for i in kept]
-    divisors = [packing.per_element(commit.corrections[i], _pieces(layout.blocks[i])) for i in kept]
 
-    def committed():
-        gamma = settings.gamma
-        return [
-            smoothing.corrected(stored[i], c, gamma) * s1 for i, c, s1 in zip(kept, divisors, s1s)
-        ]
+    def committed():  # a pack's c_t per element is made here, not an operand
+        out = []
+        for i, s1 in zip(kept, s1s):
+            c = packing.per_element(commit.corrections[i], _pieces(layout.blocks[i]))
+            out.append(smoothing.corrected(stored[i], c, settings.gamma) * s1)
+        return out
 
     def not_committed():
         again = _applied_from(layout, summed, raw, commit, settings, stored)
