@@ -24,6 +24,7 @@ RUNS = (
     ("passes_issue39_round7", "round 7, again (a new machine)", "737c534", "no mmap"),
     ("passes_issue39_round8_before", "round 8, before", "45efe23", "no mmap"),
     ("passes_issue39_round8_after", "round 8, after", "0f67193", "no mmap"),
+    ("passes_issue39_round8_after_rerun", "round 8, after (rerun)", "66d8ce5", "no mmap"),
 )
 #: Issue 39's targets for the defaults: passes per element by mode, and the ratio to LAMB.
 TARGETS = {False: 10.0, True: 8.0}
