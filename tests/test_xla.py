@@ -1,11 +1,10 @@
 """XLA: every optimizer step and the full GSNR step compile with jit_compile=True (the
 stand-in for TPU) and equal the uncompiled step."""
 
-import re
-
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from hlo_text import output_conditional_arrays
 
 import vrgd_tf
 from vrgd_tf import gsnr
@@ -102,29 +101,6 @@ def _run_steps(variables, steps, jit, state_dtype="float32", record_at=None):
         outs.append([o.numpy() for o in out])
         deficits.append([d.numpy() for d in state.deficits])
     return outs, deficits, [v.numpy() for v in state.statistics]
-
-
-def _output_conditional_arrays(hlo, shapes):
-    """``(committing, other)``: how many arrays of ``shapes`` (HLO shape strings) each
-    branch of the one conditional whose result holds such an array takes. Reads operand
-    names whether or not the HLO prints their shapes beside them (older XLA does), and
-    ``true_computation`` (TensorFlow) or ``branch_computations`` (JAX: false, then true)."""
-    lines, found = hlo.splitlines(), []
-    for line in lines:
-        pattern = r"=\s*(.*?)\s+conditional\((.*?)\),\s*(true_computation|branch_computations)"
-        match = re.search(pattern, line)
-        if match and any(s in match.group(1) for s in shapes):
-            found.append(match)
-    assert len(found) == 1, [m.group(0) for m in found]
-    names = re.findall(r"%[\w.\-]+", found[0].group(2))
-    true_first = found[0].group(3) == "true_computation"
-    committing, other = (names[1], names[2]) if true_first else (names[2], names[1])
-
-    def count(name):
-        (line,) = [x for x in lines if re.match(rf"\s*(ROOT\s+)?{re.escape(name)}\s*=", x)]
-        return sum(line.split("=", 1)[1].split(" tuple(")[0].count(s) for s in shapes)
-
-    return count(committing), count(other)
 
 
 class XlaTest(tf.test.TestCase, parameterized.TestCase):
@@ -288,7 +264,7 @@ class XlaTest(tf.test.TestCase, parameterized.TestCase):
         hlo = step.experimental_get_compiler_ir(tf.constant(g[0]))(stage="optimized_hlo")
         # S1 and d_t against S1, S2 and d_{t-1} (the other branch's factor is large enough
         # that XLA keeps the conditional rather than making it a select)
-        committing, other = _output_conditional_arrays(hlo, ("f32[4096]", "f32[64,64]"))
+        committing, other = output_conditional_arrays(hlo, ("f32[4096]", "f32[64,64]"))
         self.assertEqual(committing, 2)
         self.assertGreaterEqual(other, 3)
 

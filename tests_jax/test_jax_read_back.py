@@ -5,12 +5,11 @@ momentum written out in float64 here: steps that commit, a step whose sums are n
 one sample (factor 1, the state stays), and the diagnostics of ``statistics_interval=3``
 taken again inside the recording branch."""
 
-import re
-
 import jax
 import keras
 import numpy as np
 import pytest
+from hlo_text import output_conditional_arrays
 from jaxutil import use_devices
 
 import vrgd_tf
@@ -21,29 +20,6 @@ import numpy_reference as ref
 
 LR, BETA_3, GAMMA = 0.1, 0.5, 0.1
 SHAPES = {"kernel": (40, 9), "bias": (9,)}
-
-
-def _output_conditional_arrays(hlo, shapes):
-    """``(committing, other)``: how many arrays of ``shapes`` (HLO shape strings) each
-    branch of the one conditional whose result holds such an array takes. Reads operand
-    names whether or not the HLO prints their shapes beside them (older XLA does), and
-    ``true_computation`` (TensorFlow) or ``branch_computations`` (JAX: false, then true)."""
-    lines, found = hlo.splitlines(), []
-    for line in lines:
-        pattern = r"=\s*(.*?)\s+conditional\((.*?)\),\s*(true_computation|branch_computations)"
-        match = re.search(pattern, line)
-        if match and any(s in match.group(1) for s in shapes):
-            found.append(match)
-    assert len(found) == 1, [m.group(0) for m in found]
-    names = re.findall(r"%[\w.\-]+", found[0].group(2))
-    true_first = found[0].group(3) == "true_computation"
-    committing, other = (names[1], names[2]) if true_first else (names[2], names[1])
-
-    def count(name):
-        (line,) = [x for x in lines if re.match(rf"\s*(ROOT\s+)?{re.escape(name)}\s*=", x)]
-        return sum(line.split("=", 1)[1].split(" tuple(")[0].count(s) for s in shapes)
-
-    return count(committing), count(other)
 
 
 def _samples(rng, k, shape):
@@ -120,6 +96,6 @@ def test_the_output_of_a_committing_step_reads_s1_and_the_stored_deficit_only():
     text = jax.jit(opt.vrgd_stateless_apply).lower(*args).compile().as_text()
     # S1 and d_t against S1, S2 and d_{t-1} (the other branch's factor is large enough
     # that XLA keeps the conditional rather than making it a select)
-    committing, other = _output_conditional_arrays(text, ("f32[4096]", "f32[64,64]"))
+    committing, other = output_conditional_arrays(text, ("f32[4096]", "f32[64,64]"))
     assert committing == 2, (committing, other)
     assert other >= 3, (committing, other)
