@@ -226,8 +226,8 @@ class _Factors(NamedTuple):
         and the factor transforms).
       corrections: the new ``c_t`` per block (``beta_3 > 0``; ``[v]`` for a pack), else
         None.
-      scaled: None, or per block ``applied * S1`` made already (a dense float32 block
-        under XLA, :func:`_scaled`) or None.
+      scaled: None, or per block ``applied * S1`` (float32 ``[size]``) where
+        :func:`_scaled` made it (a dense float32 block under XLA), else None.
     """
 
     raw: List[factors_lib.Factor]
@@ -360,10 +360,10 @@ def _scaled(layout, summed, raw, commit, settings, stored) -> List[Optional[tf.T
     S1`` from the stored ``d_t`` alone, so that the loop of a step that commits reads
     ``S1`` and ``d_t`` and not ``S2``; where it did not, the factor taken again as
     :func:`_applied_from` takes it (the same values, ``docs/cost_model.md`` section 6.7)."""
-    dense = [b.path == layout_lib.DENSE for b in layout.blocks]
-    kept = [i for i, d in enumerate(dense) if d]
+    scaled = [None] * len(layout.blocks)
+    kept = [i for i, b in enumerate(layout.blocks) if b.path == layout_lib.DENSE]
     if not kept:
-        return [None] * len(dense)
+        return scaled
     s1s = [summed.s1[i] for i in kept]
 
     def committed():  # a pack's c_t per element is made here, not an operand
@@ -377,9 +377,7 @@ def _scaled(layout, summed, raw, commit, settings, stored) -> List[Optional[tf.T
         again = _applied_from(layout, summed, raw, commit, settings, stored)
         return [again[i] * s1 for i, s1 in zip(kept, s1s)]
 
-    out = tf.cond(commit.predicate, committed, not_committed)
-    scaled = [None] * len(dense)
-    for i, x in zip(kept, out):
+    for i, x in zip(kept, tf.cond(commit.predicate, committed, not_committed)):
         scaled[i] = x
     return scaled
 
