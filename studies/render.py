@@ -1,7 +1,7 @@
 r"""Renders the studies' part of docs/results.md and the README's verdict.
 
-Every number is computed from the JSON under ``studies/evidence/results/`` (round 2 and round
-3) and ``studies/sweeps/results/`` (the earlier sweeps); the plots go to ``docs/images/``. This
+Every number is computed from the JSON under ``studies/evidence/results/`` (rounds 2, 3 and
+4) and ``studies/sweeps/results/`` (the earlier sweeps); the plots go to ``docs/images/``. This
 writes only between the markers ``<!-- evidence:begin -->`` / ``<!-- evidence:end -->`` and
 ``<!-- sweeps:begin -->`` / ``<!-- sweeps:end -->`` of docs/results.md (the cost benchmarks'
 sections after them are ``python3 benchmarks/render.py``'s, which keeps these blocks as they
@@ -25,7 +25,7 @@ REPO = os.path.dirname(STUDIES)
 sys.path.insert(0, os.path.join(STUDIES, "evidence"))
 sys.path.insert(1, STUDIES)
 
-from report import pilot4, pilot_bn, reliability, round2, round3, sweeps, verdict  # noqa: E402
+from report import pilot4, pilot_bn, reliability, round2, round3, round4, sweeps, verdict  # noqa: E402
 from report.sweeps.common import Context, load  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -69,9 +69,12 @@ def replace_block(text, begin, end, body, where=None):
 
 
 def evidence_block(images_dir, out_md):
-    """The evidence block of docs/results.md: heading, verdict, round 3, round 2."""
+    """The evidence block of docs/results.md: heading, verdict, round 4 (pilot, registered
+    round), round 3, round 2."""
     rel = os.path.relpath(images_dir, os.path.dirname(os.path.abspath(out_md)))
-    lead = verdict.lines(FLAGS.round2, FLAGS.round3, "the sections below")
+    lead = verdict.lines(
+        FLAGS.round2, FLAGS.round3, "the sections below", FLAGS.round4, readme=False
+    )
     return "\n".join(
         [
             GENERATED,
@@ -81,6 +84,7 @@ def evidence_block(images_dir, out_md):
             *lead,
             "",
             pilot4.section(FLAGS.round4, images_dir, rel),
+            round4.section(FLAGS.round4, images_dir, rel),
             round3.section(FLAGS.round3, images_dir, rel),
             pilot_bn.section(FLAGS.round3, images_dir, rel),
             reliability.section(FLAGS.round3, images_dir, rel),
@@ -130,11 +134,11 @@ def main(argv):
         f.write(text)
     if readme:
         link = f"[docs/results.md](docs/results.md#{verdict.ANCHOR})"
-        lines = verdict.lines(FLAGS.round2, FLAGS.round3, link)
+        lines = verdict.lines(FLAGS.round2, FLAGS.round3, link, FLAGS.round4)
         with open(readme) as f:
             old = f.read()
         new = replace_block(old, README_BEGIN, README_END, "\n".join([GENERATED, ""] + lines))
-        first = verdict.first_screen(FLAGS.round3, link)
+        first = verdict.first_screen(FLAGS.round3, link, FLAGS.round4)
         new = replace_block(new, FIRST_BEGIN, FIRST_END, "\n".join([GENERATED, first]))
         with open(readme, "w") as f:
             f.write(new)

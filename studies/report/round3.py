@@ -76,11 +76,12 @@ def final_progress(final, pair, best):
     return done, len(ARMS) * len(p3.FINAL_SEEDS), by_arm
 
 
-def tuning_table(tune, pair, grid):
-    """Markdown table: mean validation accuracy % (seeds finished) per arm and rate."""
+def tuning_table(tune, pair, grid, arms=ARMS):
+    """Markdown table: mean validation accuracy % (seeds finished) per arm of ``arms`` and
+    rate."""
     head = "| arm | " + " | ".join(f"{lr:g}" for lr in grid) + " |"
     lines = [head, "|---|" + "---:|" * len(grid)]
-    for a in ARMS:
+    for a in arms:
         cells = []
         for lr in grid:
             v = [r["final"]["val_acc"] for r in runs_of(tune, pair, arm=a, peak_lr=lr)]
@@ -238,12 +239,13 @@ def _plt():
     return plt
 
 
-def plot_tuning(tune, pair, grid, path, effective=False):
+def plot_tuning(tune, pair, grid, path, effective=False, arms=ARMS, title=None):
     """Validation accuracy vs peak rate (or the effective rate, peak x the run's mean update
-    norm ratio) per arm: every tuning run a dot, the mean over seeds a line."""
+    norm ratio) per arm of ``arms``: every tuning run a dot, the mean over seeds a line;
+    ``title`` (default: round 3's, with its progress)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for a in ARMS:
+    for a in arms:
         runs = runs_of(tune, pair, arm=a)
         if not runs:
             continue
@@ -261,29 +263,32 @@ def plot_tuning(tune, pair, grid, path, effective=False):
         ax.minorticks_off()
     ax.set_xlabel("effective rate (peak × mean update norm ratio)" if effective else "peak rate")
     ax.set_ylabel("final validation accuracy %")
-    done, planned, _, _ = tuning_progress(tune, pair)
-    ax.set_title(
-        f"Round 3 tuning, {PAIR_LABEL[pair]}, batch {p3.BATCH}"
-        + ("" if done >= planned else f" (in progress: {done} of {planned} runs)")
-    )
+    if title is None:
+        done, planned, _, _ = tuning_progress(tune, pair)
+        title = f"Round 3 tuning, {PAIR_LABEL[pair]}, batch {p3.BATCH}" + (
+            "" if done >= planned else f" (in progress: {done} of {planned} runs)"
+        )
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def plot_final(by_arm, path, pair):
-    """Final test accuracy per arm: every seed a dot, the mean a bar."""
+def plot_final(by_arm, path, pair, field="test_acc", title=None, ylabel=None):
+    """``field`` of the final runs per arm of ``by_arm``: every seed a dot, the mean a bar;
+    ``title`` and ``ylabel`` default to round 3's test accuracy."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
-    for i, a in enumerate(ARMS):
-        acc = [r["final"]["test_acc"] for r in by_arm[a].values()]
+    arms = list(by_arm)
+    for i, a in enumerate(arms):
+        acc = [r["final"][field] for r in by_arm[a].values()]
         jitter = np.linspace(-0.15, 0.15, len(acc))
         ax.scatter(i + jitter, acc, s=12, color=COLORS[a])
         ax.hlines(np.mean(acc), i - 0.3, i + 0.3, color="k")
-    ax.set_xticks(range(len(ARMS)), [ARM_LABEL[a].replace(" (", "\n(") for a in ARMS], fontsize=8)
-    ax.set_ylabel("final test accuracy %")
-    ax.set_title(f"Round 3 final, {PAIR_LABEL[pair]}, 16 seeds per arm")
+    ax.set_xticks(range(len(arms)), [ARM_LABEL[a].replace(" (", "\n(") for a in arms], fontsize=8)
+    ax.set_ylabel(ylabel or "final test accuracy %")
+    ax.set_title(title or f"Round 3 final, {PAIR_LABEL[pair]}, 16 seeds per arm")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

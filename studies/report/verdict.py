@@ -3,7 +3,7 @@ the evidence block of docs/results.md, every number computed from the results JS
 
 import os
 
-from report import round2, round3
+from report import round2, round3, round4
 
 ANCHOR = "evidence-does-vrgd-help-fashion-mnist-pre-registered"
 HEADING = "## Evidence: does VRGD help? (Fashion-MNIST, pre-registered)"
@@ -46,7 +46,8 @@ IN_WORDS = {
 def in_words(readout, opt, vr_base, base_collapses=0):
     """A pair's registered readout in a user's words. A detectable deficit is never read
     as "did as well": an "equivalent" VR − base whose CI lies below 0 reads "slightly worse"
-    with its CI; an inconclusive readout names the base's collapses when there were any."""
+    with its CI; an inconclusive readout names the base's collapses when there were any,
+    with the mean, the CI and Holm's p."""
     lo, hi = vr_base["t_ci"]
     if readout == "no benefit at a finely tuned base" and hi < 0:
         return (
@@ -55,15 +56,16 @@ def in_words(readout, opt, vr_base, base_collapses=0):
         )
     if readout == "inconclusive" and base_collapses:
         return (
-            f"not shown with {opt} (inconclusive: its mean gain comes from the base's "
-            f"{base_collapses} collapsed seeds, and the step size alone gives it)"
+            f"not shown with {opt} (inconclusive: VR − base {vr_base['mean']:+.2f} pp, 95 % CI "
+            f"[{lo:+.2f}, {hi:+.2f}], Holm p {vr_base['p_t_holm']:.2g}; the mean gain comes "
+            f"from the base's {base_collapses} collapsed seeds, and the step size alone gives it)"
         )
     return IN_WORDS[readout].format(opt=opt)
 
 
-def lead(round3_dir, pairs):
-    """The bold first line: round 3's registered readout of each finished pair of ``pairs``,
-    in a user's words."""
+def lead(round3_dir, pairs, round4_dir=None):
+    """The bold first line: round 4's readout once its Momentum pair is complete, then round
+    3's registered readout of each finished pair of ``pairs``, in a user's words."""
     tune, final = round3.load(round3_dir, "tune"), round3.load(round3_dir, "final")
     parts, complete = [], False
     for p in pairs:
@@ -78,30 +80,39 @@ def lead(round3_dir, pairs):
         parts.append(in_words(r["readout"], opt, r["primary"]["vr-base"], collapses))
     if not complete:
         return "**Does it help? Not shown yet: round 2 was inconclusive, round 3 is running.**"
+    four = round4.in_words(round4_dir) if round4_dir else None
+    four = (
+        f"Round 4 (batch {round4.p4.BATCH}, where large batch costs the base accuracy): {four}. "
+        if four
+        else ""
+    )
     return (
-        "**Does it help? Round 3's registered readouts (Fashion-MNIST, batch 4096): "
+        f"**Does it help? {four}Round 3's registered readouts (Fashion-MNIST, batch 4096): "
         f"{'; '.join(parts)}.**"
     )
 
 
-def first_screen(round3_dir, link):
+def first_screen(round3_dir, link, round4_dir=None):
     """One line for the README's first screen: each finished pair's readout in a user's
-    words, and the link."""
-    text = lead(round3_dir, ["momentum", "lamb"]).strip("*")
+    words (round 4's first once complete), and the link."""
+    text = lead(round3_dir, ["momentum", "lamb"], round4_dir).strip("*")
     text = text.replace("Does it help? ", "**Does VRGD help?** ")
     return f"{text} Every arm, CI and plot: {link}."
 
 
-def lines(round2_dir, round3_dir, link):
-    """The verdict (at most five lines): a bold lead (round 3's registered readout of each
-    finished pair), round 2's line, one line per round-3 pair, and ``link``."""
+def lines(round2_dir, round3_dir, link, round4_dir=None, readme=True):
+    """The verdict: a bold lead (:func:`lead`), round 2's line, one line per round-3 pair,
+    round 4's Momentum line once it has runs, and ``link``. For the README (``readme``, at
+    most five lines) round 2's line gives way to round 4's."""
     tune = round3.load(round3_dir, "tune")
     pairs = ["momentum"] + (["lamb"] if round3.runs_of(tune, "lamb") else [])
-    out = [lead(round3_dir, pairs)]
-    out += round2_line(round2_dir)
+    has4 = bool(round4_dir) and os.path.exists(os.path.join(round4_dir, "tune.json"))
+    out = [lead(round3_dir, pairs, round4_dir)]
+    out += [] if readme and has4 else round2_line(round2_dir)
     if os.path.exists(os.path.join(round3_dir, "tune.json")):
         out += ["- " + round3.headline(round3_dir, p) for p in pairs]
+    out += ["- " + round4.headline(round4_dir)] if has4 else []
     out.append(f"- Every arm, CI and plot: {link}.")
-    if len(out) > 5:
+    if readme and len(out) > 5:
         raise ValueError(f"the verdict has {len(out)} lines; at most 5: {out}")
     return out

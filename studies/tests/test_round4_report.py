@@ -1,0 +1,181 @@
+"""Round 4's section of docs/results.md (studies/report/round4.py) on made-up runs: the
+honest partial states (tuning, then final in progress: no test accuracy shown), the
+registered choice recomputed from the runs, and the endpoints of a complete pair checked
+against hand-computed values."""
+
+import json
+import os
+
+import numpy as np
+import protocol4 as p4
+import tensorflow as tf
+from report import round2, round3, round4, verdict
+
+PROV = {"git_commit": "2329a386d0e7", "dirty": False}
+
+
+def tune_state(upto=None):
+    """Every arm peaks at 6.4 (90 %), one point lower per grid step away; ``upto`` runs."""
+    runs = {}
+    for s in p4.TUNE_SEEDS:
+        for i, lr in enumerate(p4.tune_grid({}, "momentum")[0]):
+            for a in p4.ARMS:
+                runs[p4.run_key("momentum", a, lr, s)] = {
+                    "pair": "momentum",
+                    "arm": a,
+                    "peak_lr": lr,
+                    "seed": s,
+                    "final": {"val_acc": 90.0 - abs(i - 4)},
+                    "provenance": PROV,
+                }
+    keys = list(runs)[: upto or len(runs)]
+    return {"runs": {k: runs[k] for k in keys}, "registration": {"last_protocol_commit": "2329a3"}}
+
+
+def final_run(arm, seed, test, gap, reach):
+    """A final run: validation 80 % before epoch ``reach``, 90 % from it."""
+    curve = [{"epoch": e, "val_acc": 80.0 if e < reach else 90.0} for e in range(1, 41)]
+    final = {"val_acc": 90.0, "test_acc": test, "gap": gap}
+    return {
+        "pair": "momentum",
+        "arm": arm,
+        "peak_lr": 6.4,
+        "seed": seed,
+        "final": final,
+        "curve": curve,
+        "provenance": PROV,
+    }
+
+
+def final_state(n=24):
+    """Base 90 + seed/100; VR +0.3 ± 0.1; scalar-VR 0.3 ± 0.1 below VR. The base reaches
+    the target (89.5 %) at epoch 20, VR at 10, scalar-VR at 20; gaps 2.0, 1.5, 2.0 pp."""
+    runs = {}
+    for s in range(n):
+        base = 90.0 + s / 100
+        vr = base + (0.4 if s % 2 else 0.2)
+        spec = {"base": (base, 2.0, 20), "vr": (vr, 1.5, 10), "scalar_vr": (vr - 0.3, 2.0, 20)}
+        for a in p4.ARMS:
+            runs[p4.run_key("momentum", a, 6.4, s)] = final_run(a, s, *spec[a])
+    return {"runs": runs}
+
+
+class Round4ReportTest(tf.test.TestCase):
+    def write(self, **phases):
+        d = self.get_temp_dir()
+        for name in ("tune", "final", "reference"):
+            path = os.path.join(d, f"{name}.json")
+            if os.path.exists(path):
+                os.remove(path)
+            if name in phases:
+                with open(path, "w") as f:
+                    json.dump(phases[name], f)
+        return d
+
+    def section(self, d):
+        images = os.path.join(d, "img")
+        return round4.section(d, images, "img"), images
+
+    def test_tuning_in_progress(self):
+        d = self.write(tune=tune_state(upto=47))
+        text, images = self.section(d)
+        self.assertIn("#### Momentum pair: tuning in progress: 47 of 81 runs", text)
+        self.assertIn("No endpoint yet", text)
+        self.assertNotIn("Chosen rates", text)
+        self.assertIn("`2329a38` (47 runs, 0 from a dirty tree", text)
+        self.assertTrue(os.path.exists(os.path.join(images, "round4_tuning_momentum.png")))
+        self.assertIn("no verdict yet", round4.headline(d))
+        self.assertIsNone(round4.in_words(d))
+
+    def test_final_in_progress_shows_no_test_accuracy(self):
+        d = self.write(tune=tune_state(), final=final_state(n=5))
+        text, _ = self.section(d)
+        self.assertIn("tuning done (81 runs); final phase: 15 of 72 runs", text)
+        self.assertIn("Chosen rates (best mean validation accuracy, then the stability", text)
+        self.assertIn("base 6.4, VR 6.4, scalar-VR 6.4. E2's target: 89.50 %.", text)
+        self.assertNotIn("E1 (primary)", text)
+        self.assertNotIn("test accuracy 9", text)
+
+    def test_complete_pair_endpoints_by_hand(self):
+        d = self.write(tune=tune_state(), final=final_state())
+        st = round4.status(
+            round4.round3.load(d, "tune"), round4.round3.load(d, "final"), "momentum"
+        )
+        self.assertTrue(st["complete"])
+        ends = round4.endpoints(st["by_arm"], st["choice"]["target_val_acc"])
+        e1 = ends["e1"]
+        self.assertAllClose(e1["vr-base"]["mean"], 0.3)
+        self.assertAllClose(e1["vr-scalar_vr"]["mean"], 0.3)
+        self.assertEqual(e1["vr-base"]["words"], "better")
+        self.assertEqual(ends["readout"], "helps")
+        self.assertEqual(ends["epochs"]["base"], [20] * 24)
+        self.assertEqual(ends["epochs"]["vr"], [10] * 24)
+        self.assertAllClose(ends["e2"]["vr-base"]["ratio"], 2.0)
+        self.assertEqual(ends["e2"]["vr-base"]["words"], "faster")
+        self.assertAllClose(ends["e3"]["mean"], -0.5)
+        self.assertEqual(ends["collapses"], {"base": 0, "vr": 0, "scalar_vr": 0})
+        self.assertEqual(ends["e4"]["p"], 1.0)
+        text, images = self.section(d)
+        self.assertIn("**Registered readout: helps.**", text)
+        self.assertIn("base / VR: geometric mean 2.000x", text)
+        self.assertIn("the registered follow-up at 20 epochs is due", text)
+        self.assertIn("VR − base -0.50 pp", text)
+        for name in ("final", "gap", "epochs"):
+            self.assertTrue(os.path.exists(os.path.join(images, f"round4_{name}_momentum.png")))
+        base = np.mean([90.0 + s / 100 for s in range(24)])
+        self.assertIn(f"- base: {base:.2f} ±", text)
+        line = round4.headline(d)
+        self.assertIn("**helps**", line)
+        self.assertIn("yes with Momentum, beyond its step size (VR − base +0.30 pp", line)
+        self.assertIn("speed-up 2.00x (faster)", line)
+
+    def test_reference_beside_the_base(self):
+        runs = {
+            p4.reference_key(s): {
+                "final": {"test_acc": 92.0 + (s % 2), "gap": 5.0},
+                "provenance": PROV,
+            }
+            for s in p4.REFERENCE_SEEDS
+        }
+        d = self.write(tune=tune_state(), final=final_state(), reference={"runs": runs})
+        text, _ = self.section(d)
+        base = np.mean([90.0 + s / 100 for s in range(24)])
+        self.assertIn("test accuracy 92.50 ± 0.53 % (8 seeds), gap 5.00 pp", text)
+        self.assertIn(f"the base at 8192 is {92.5 - base:.2f} pp below it", text)
+
+
+class Round4VerdictTest(tf.test.TestCase):
+    def test_readme_block_gives_round_4_first_and_stays_at_five_lines(self):
+        """Round 3 as it is on main (complete), round 4 complete ("helps"): the lead starts
+        with round 4's words and CI, round 4's line takes round 2's place in the README's
+        five, and docs/results.md's lead keeps round 2."""
+        d = self.get_temp_dir()
+        for name, state in (("tune", tune_state()), ("final", final_state())):
+            with open(os.path.join(d, f"{name}.json"), "w") as f:
+                json.dump(state, f)
+        round2_dir = os.path.join(round2.RESULTS, "round2")
+        lines = verdict.lines(round2_dir, round3.RESULTS, "LINK", d)
+        self.assertLen(lines, 5)
+        self.assertStartsWith(
+            lines[0],
+            "**Does it help? Round 4 (batch 8192, where large batch costs the base accuracy): "
+            "yes with Momentum, beyond its step size (VR − base +0.30 pp, 95 % CI [",
+        )
+        self.assertIn("Round 3's registered readouts (Fashion-MNIST, batch 4096):", lines[0])
+        self.assertFalse(any(line.startswith("- Round 2") for line in lines))
+        self.assertStartsWith(lines[3], "- Round 4 (Momentum, batch 8192")
+        full = verdict.lines(round2_dir, round3.RESULTS, "LINK", d, readme=False)
+        self.assertLen(full, 6)
+        self.assertStartsWith(full[1], "- Round 2 (Momentum, 6 pairs)")
+        first = verdict.first_screen(round3.RESULTS, "LINK", d)
+        self.assertStartsWith(first, "**Does VRGD help?** Round 4 (batch 8192")
+
+    def test_round_4_running_reads_no_verdict(self):
+        d = self.get_temp_dir()
+        with open(os.path.join(d, "tune.json"), "w") as f:
+            json.dump(tune_state(upto=47), f)
+        round2_dir = os.path.join(round2.RESULTS, "round2")
+        lines = verdict.lines(round2_dir, round3.RESULTS, "LINK", d)
+        self.assertLen(lines, 5)
+        self.assertStartsWith(lines[0], "**Does it help? Round 3's registered readouts")
+        self.assertIn("tuning in progress: 47 of 81 runs; no verdict yet", lines[3])
