@@ -50,7 +50,10 @@ def hodges_lehmann(deltas: Sequence[float], confidence: float = 0.95) -> Dict[st
     distribution of the signed-rank statistic: ``[W_(c), W_(M + 1 - c)]`` of the ``M = n(n+1)/2``
     sorted Walsh averages, ``c - 1`` the largest ``t`` with ``P(T+ <= t) <= (1 - confidence)
     / 2`` (the attained level is at least ``confidence``); the Wilcoxon signed-rank p
-    (``scipy.stats.wilcoxon``, two-sided, its defaults; 1.0 when every delta is 0).
+    (``scipy.stats.wilcoxon``, two-sided, its defaults: zero deltas are dropped from the
+    test, not from the interval; 1.0 when every delta is 0). The deltas are rounded to 9
+    decimals first, so that differences of accuracies recorded to 0.01 pp tie as they
+    should instead of by their float rounding error.
 
     Returns:
       dict ``estimate``, ``ci`` ``[low, high]``, ``p_wilcoxon``.
@@ -58,7 +61,7 @@ def hodges_lehmann(deltas: Sequence[float], confidence: float = 0.95) -> Dict[st
     Raises:
       ValueError: fewer than 6 deltas (no 95 % interval exists) or a non-finite one.
     """
-    d = np.asarray(list(deltas), np.float64)
+    d = np.round(np.asarray(list(deltas), np.float64), 9)
     n = d.size
     if n < 6 or not np.all(np.isfinite(d)):
         raise ValueError(f"`deltas` must hold >= 6 finite values; got {d.tolist()}.")

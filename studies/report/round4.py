@@ -44,6 +44,11 @@ def status(tune, final, pair):
     out = {"grid": grid, "choice": p4.choose(runs, pair), "by_arm": None, "complete": False}
     if out["choice"] is None:
         return dict(out, text=f"tuning in progress: {done} of {len(_keys(pair, grid))} runs")
+    if out["choice"]["repilot"]:
+        return dict(
+            out,
+            text=f"stopped after tuning ({done} runs): a base run collapsed at its chosen rate, re-pilot",
+        )
     by_arm = {a: {} for a in ARMS}
     for a in ARMS:
         for r in round3.runs_of(final, pair, arm=a, peak_lr=out["choice"]["best"][a]):
@@ -158,15 +163,15 @@ def e3_e4_lines(by_arm, ends):
     s, c = ends["e3"], ends["e4"]
     gaps = ", ".join(f"{ARM_LABEL[a]} {np.mean(column(by_arm, a, 'gap')):.2f} pp" for a in ARMS)
     side = "narrower" if s["t_ci"][1] < 0 else "wider" if s["t_ci"][0] > 0 else "no clear"
-    better = ends["e1"]["vr-base"]["words"] == "better"
+    e1 = ends["e1"]["vr-base"]
+    read = f"; read with E1 (VR − base {e1['mean']:+.2f} pp, {e1['words']})" + (
+        ": a narrower gap with lower test accuracy is not a benefit" if e1["mean"] < 0 else ""
+    )
     lines = [
         f"**E3, generalization gap** (full training split minus test accuracy; mean {gaps}): "
         f"VR − base {s['mean']:+.2f} pp, {_ci(*s['t_ci'])}: {side} difference"
-        + (
-            "; read with E1: VR's test accuracy is not better, so a narrower gap is not a benefit."
-            if side == "narrower" and not better
-            else "."
-        ),
+        + (read if side == "narrower" else "")
+        + ".",
         "",
         f"**E4, collapses** (final validation accuracy below {p4.COLLAPSE_BELOW:g} %): "
         + ", ".join(f"{ARM_LABEL[a]} {ends['collapses'][a]} of 24" for a in ARMS)
@@ -228,7 +233,7 @@ def reference_lines(ref, by_arm):
     )
     if by_arm:
         base = np.mean(column(by_arm, "base", "test_acc"))
-        text += f"; the base at {p4.BATCH} is {np.mean(acc) - base:.2f} pp below it"
+        text += f"; the base at {p4.BATCH} minus it: {base - np.mean(acc):+.2f} pp"
     return [text + ".", ""]
 
 
@@ -296,7 +301,12 @@ def section(results_dir, images_dir, images_rel):
         "",
         "Protocol, registered before the first run: "
         "[studies/evidence/PROTOCOL4.md](../studies/evidence/PROTOCOL4.md)"
-        + (f" (its last commit `{reg['last_protocol_commit'][:10]}`)" if reg else "")
+        + (
+            f" (registered in commit `{reg['last_protocol_commit'][:10]}`; its section 7 "
+            "holds the dated clarifications after it)"
+            if reg
+            else ""
+        )
         + f". Fashion-MNIST, the BatchNorm CNN, batch {p4.BATCH} ({p4.K} groups of "
         f"{p4.GROUP_SIZE}), {p4.EPOCHS} epochs; arms base, VR and scalar-VR (VR's step size "
         "per variable, no per-element weighting), each tuned on a ×2^(1/4) grid with 3 seeds "
@@ -330,20 +340,31 @@ IN_WORDS = {
 }
 
 
+def user_words(readout, s, opt):
+    """A readout in a user's words with VR − base's summary ``s`` (mean, CI). A difference
+    the CI detects never reads "did as well": "no benefit" with the CI below 0 reads
+    "slightly worse", above 0 "slightly higher, within ±0.5 pp and not significant after
+    Holm"."""
+    lo, hi = s["t_ci"]
+    words = IN_WORDS[readout].format(opt=opt)
+    if readout == "no benefit" and hi < 0:
+        words = f"no benefit with {opt}: VR was slightly worse than a tuned {opt}"
+    elif readout == "no benefit" and lo > 0:
+        words = (
+            f"no benefit with {opt} beyond ±0.5 pp: VR was slightly higher than a tuned {opt}, "
+            "not significant after Holm"
+        )
+    return f"{words} (VR − base {s['mean']:+.2f} pp, {_ci(lo, hi)})"
+
+
 def in_words(results_dir, pair="momentum"):
-    """A complete pair's readout in a user's words with VR − base's mean and CI, or None.
-    A detectable deficit never reads "did as well": "equivalent" with a CI below 0 reads
-    "slightly worse"."""
+    """A complete pair's readout in a user's words (:func:`user_words`), or None."""
     tune, final = round3.load(results_dir, "tune"), round3.load(results_dir, "final")
     st = status(tune, final, pair)
     if not st["complete"]:
         return None
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
-    s, opt = ends["e1"]["vr-base"], PAIR_LABEL[pair]
-    words = IN_WORDS[ends["readout"]].format(opt=opt)
-    if ends["readout"] == "no benefit" and s["t_ci"][1] < 0:
-        words = f"no benefit with {opt}: VR was slightly worse than a tuned {opt}"
-    return f"{words} (VR − base {s['mean']:+.2f} pp, {_ci(*s['t_ci'])})"
+    return user_words(ends["readout"], ends["e1"]["vr-base"], PAIR_LABEL[pair])
 
 
 def headline(results_dir, pair="momentum"):
@@ -354,7 +375,8 @@ def headline(results_dir, pair="momentum"):
         f"Round 4 ({PAIR_LABEL[pair]}, batch {p4.BATCH} where large batch costs the base accuracy"
     )
     if not st["complete"]:
-        return f"{setting}; 24 pairs) is running: {st['text']}; no verdict yet."
+        verb = "stopped" if st["choice"] and st["choice"]["repilot"] else "is running"
+        return f"{setting}; 24 pairs) {verb}: {st['text']}; no verdict yet."
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
     e2, e3 = ends["e2"]["vr-base"], ends["e3"]
     return (

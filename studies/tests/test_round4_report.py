@@ -141,7 +141,40 @@ class Round4ReportTest(tf.test.TestCase):
         text, _ = self.section(d)
         base = np.mean([90.0 + s / 100 for s in range(24)])
         self.assertIn("test accuracy 92.50 ± 0.53 % (8 seeds), gap 5.00 pp", text)
-        self.assertIn(f"the base at 8192 is {92.5 - base:.2f} pp below it", text)
+        self.assertIn(f"the base at 8192 minus it: {base - 92.5:+.2f} pp", text)
+        for r in runs.values():
+            r["final"]["test_acc"] = 89.5  # the base above the reference: the sign says so
+        d = self.write(tune=tune_state(), final=final_state(), reference={"runs": runs})
+        self.assertIn(f"the base at 8192 minus it: +{base - 89.5:.2f} pp", self.section(d)[0])
+
+    def test_registration_and_the_repilot_stop(self):
+        tune = tune_state()
+        text, _ = self.section(self.write(tune=tune))
+        self.assertIn("(registered in commit `2329a3`; its section 7 holds the dated", text)
+        for lr in p4.tune_grid({}, "momentum")[0]:  # the guard steps down to the lowest rate,
+            key = p4.run_key("momentum", "base", lr, 1000)  # where a base run collapsed
+            tune["runs"][key]["final"]["val_acc"] = 10.0
+        d = self.write(tune=tune)
+        st = round4.status(round4.round3.load(d, "tune"), None, "momentum")
+        self.assertTrue(st["choice"]["repilot"])
+        self.assertIn("stopped after tuning (81 runs)", st["text"])
+        self.assertIn("24 pairs) stopped: stopped after tuning", round4.headline(d))
+
+    def test_user_words_never_read_a_detected_difference_as_did_as_well(self):
+        def s(lo, hi):
+            return {"mean": (lo + hi) / 2, "t_ci": [lo, hi]}
+
+        above = round4.user_words("no benefit", s(0.01, 0.39), "Momentum")
+        self.assertStartsWith(
+            above, "no benefit with Momentum beyond ±0.5 pp: VR was slightly higher"
+        )
+        self.assertIn(
+            "not significant after Holm (VR − base +0.20 pp, 95 % CI [+0.01, +0.39])", above
+        )
+        below = round4.user_words("no benefit", s(-0.39, -0.01), "Momentum")
+        self.assertIn("VR was slightly worse than a tuned Momentum", below)
+        across = round4.user_words("no benefit", s(-0.2, 0.2), "Momentum")
+        self.assertIn("a tuned Momentum did as well", across)
 
 
 class Round4VerdictTest(tf.test.TestCase):

@@ -83,6 +83,15 @@ class HodgesLehmannTest(tf.test.TestCase):
         self.assertGreater(p(hi - eps), 0.05)
         self.assertLess(p(hi + eps), 0.05)
 
+    def test_recorded_ties_tie(self):
+        """Accuracies recorded to 0.01 pp: 91.33 - 91.23 and 91.13 - 91.23 are ±0.1 up to
+        their float error, 12 of each: they tie in rank, so p is 1 and the interval [0, 0]
+        (before the rounding, p was 0.034)."""
+        d = np.subtract([91.33, 91.13] * 12, [91.23] * 24)
+        hl = stats4.hodges_lehmann(d)
+        self.assertEqual(hl["p_wilcoxon"], 1.0)
+        self.assertAllClose(hl["ci"], [0.0, 0.0])
+
     def test_zeros_and_bad_input(self):
         hl = stats4.hodges_lehmann([0.0] * 8)
         self.assertEqual(hl["p_wilcoxon"], 1.0)
