@@ -101,11 +101,6 @@ def _ci(lo, hi, fmt="+.2f"):
     return f"95 % CI [{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _seeds(d):
-    d = np.asarray(d)
-    return f"median {np.median(d):+.2f} pp, {int((d > 0).sum())} of {d.size} seeds favour VR"
-
-
 def e1_lines(by_arm, ends):
     """Markdown lines of E1: each arm's test accuracy, both contrasts, the readout."""
     lines = ["**E1 (primary), final test accuracy** (24 seeds per arm, mean ± sd, median):", ""]
@@ -120,7 +115,7 @@ def e1_lines(by_arm, ends):
         s = ends["e1"][f"{a}-{b}"]
         d = np.subtract(column(by_arm, a, "test_acc"), column(by_arm, b, "test_acc"))
         lines.append(
-            f"- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {s['mean']:+.2f} pp ({_seeds(d)}), "
+            f"- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {s['mean']:+.2f} pp ({round3.seeds_text(d)}), "
             f"{_ci(*s['t_ci'])}; t-test p {s['p_t']:.3g} (Holm {s['p_t_holm']:.3g}), TOST p "
             f"{s['p_tost']:.3g} (Holm {s['p_tost_holm']:.3g}): **{s['words']}**. Sensitivity: "
             f"Wilcoxon p {s['p_wilcoxon']:.3g}, Hodges-Lehmann {s['hl']:+.2f} pp, "
