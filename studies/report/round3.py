@@ -76,21 +76,25 @@ def final_progress(final, pair, best):
     return done, len(ARMS) * len(p3.FINAL_SEEDS), by_arm
 
 
-def tuning_table(tune, pair, grid, arms=ARMS):
+def tuning_table(tune, pair, grid, arms=ARMS, spread=False):
     """Markdown table: mean validation accuracy % (seeds finished) per arm of ``arms`` and
-    rate."""
+    rate; with ``spread``, each rate's lowest and highest run beside the mean."""
     head = "| arm | " + " | ".join(f"{lr:g}" for lr in grid) + " |"
     lines = [head, "|---|" + "---:|" * len(grid)]
     for a in arms:
         cells = []
         for lr in grid:
             v = [r["final"]["val_acc"] for r in runs_of(tune, pair, arm=a, peak_lr=lr)]
+            if not v:
+                cells.append("–")
+                continue
+            notes = [str(len(v))]
+            if spread:
+                notes.append(f"{min(v):.2f}–{max(v):.2f}")
             collapsed = sum(x < p3.COLLAPSE_BELOW for x in v)
-            cells.append(
-                f"{np.mean(v):.2f} ({len(v)}{', ' + str(collapsed) + ' coll.' if collapsed else ''})"
-                if v
-                else "–"
-            )
+            if collapsed:
+                notes.append(f"{collapsed} coll.")
+            cells.append(f"{np.mean(v):.2f} ({('; ' if spread else ', ').join(notes)})")
         lines.append(f"| {ARM_LABEL[a]} | " + " | ".join(cells) + " |")
     return lines
 

@@ -269,9 +269,9 @@ def pair_lines(tune, final, pair, images_dir, images_rel):
         return lines + ["Not yet run.", ""]
     lines += [
         "Tuning, mean final validation accuracy % per arm and peak rate (seeds finished; "
-        f"coll. = below {p4.COLLAPSE_BELOW:g} %):",
+        f"lowest–highest run; coll. = below {p4.COLLAPSE_BELOW:g} %):",
         "",
-        *round3.tuning_table(tune, pair, st["grid"], arms=ARMS),
+        *round3.tuning_table(tune, pair, st["grid"], arms=ARMS, spread=True),
         "",
     ]
     ends = None

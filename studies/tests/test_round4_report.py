@@ -87,6 +87,17 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("no verdict yet", round4.headline(d))
         self.assertIsNone(round4.in_words(d))
 
+    def test_tuning_table_gives_each_rates_lowest_and_highest_run(self):
+        # The stability guard reads single runs, so the table shows each rate's range
+        # beside the mean (the evidence review's section 5.5).
+        tune = tune_state(upto=3 * 27)
+        grid = p4.tune_grid({}, "momentum")[0]
+        for s, v in zip(p4.TUNE_SEEDS, (86.2, 91.3, 10.0)):
+            tune["runs"][p4.run_key("momentum", "base", grid[0], s)]["final"]["val_acc"] = v
+        text, _ = self.section(self.write(tune=tune))
+        self.assertIn("| base | 62.50 (3; 10.00–91.30; 1 coll.) | 87.00 (3; 87.00–87.00) |", text)
+        self.assertIn("(seeds finished; lowest–highest run; coll. = below 20 %)", text)
+
     def test_final_in_progress_shows_no_test_accuracy(self):
         d = self.write(tune=tune_state(), final=final_state(n=5))
         text, _ = self.section(d)
