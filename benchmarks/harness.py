@@ -30,6 +30,7 @@ from shared import (  # noqa: E402, F401  (studies/shared.py: see the module doc
     read_json,
     setup_devices,
     strategy_for,
+    tf_onednn,
     write_json,
 )
 from shared import environment as shared_environment  # noqa: E402

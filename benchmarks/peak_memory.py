@@ -6,14 +6,18 @@ and repetition (a high-water mark cannot be reset), and the ratios to the base v
 Peak RSS counts everything the process holds: tensors, but also the traced graphs, their
 kernels and XLA's compiled clusters (one per replica when 8 replicas share the process),
 which on an accelerator live in host memory. TensorFlow's CPU allocator keeps statistics
-only as a BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, :data:`BFC_ENV`, set in the
-child's environment; one allocator serves every logical CPU device): then the children also
-report the tensors' own peak (``tensor_peak_bytes``, tensors and XLA's buffers), the
-quantity an accelerator's memory holds."""
+as a BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, :data:`BFC_ENV`, set in the child's
+environment; one allocator serves every logical CPU device), and where TensorFlow's oneDNN
+kernels are on (its default on CPUs with AVX512_VNNI, AVX512_BF16 or AMX), whose allocator
+it then is: then the children also report the tensors' own peak (``tensor_peak_bytes``,
+tensors and XLA's buffers), the quantity an accelerator's memory holds. Each child records
+whether oneDNN was on (``tf_onednn``): its allocator, and so its peak RSS, is another
+quantity than the default allocator's (:func:`children_allocator`)."""
 
 import numpy as np
 
 import children
+from harness import tf_onednn
 from timing import summarize
 
 #: The child environment under which the CPU allocator keeps statistics (a BFC allocator).
@@ -55,7 +59,8 @@ def peak_kb():
 
 def tensor_memory():
     """``(peak, current)`` bytes of TensorFlow's CPU allocator (every logical CPU device's
-    tensors and XLA's buffers), or ``(None, None)`` where it keeps no statistics."""
+    tensors and XLA's buffers), or ``(None, None)`` where it keeps no statistics (the default
+    allocator with oneDNN off: neither :data:`BFC_ENV` nor :func:`harness.tf_onednn`)."""
     import tensorflow as tf
 
     try:
@@ -75,11 +80,25 @@ def memory_result(rss_before_model_kb):
     return {
         "tensor_peak_bytes": tensor_peak,
         "tensor_current_bytes": tensor_current,
+        "tf_onednn": tf_onednn(),
         "maxrss_kb": peak_kb(),
         "rss_before_model_kb": rss_before_model_kb,
         "rss_end_kb": rss_kb(),
         "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
+
+
+def children_allocator(flag, raw):
+    """The CPU allocator the memory children ran under: ``"bfc"`` where ``flag`` (the
+    benchmark's ``--cpu_allocator``) says so, ``"onednn"`` where every child of ``raw``
+    (``{variant: [child results]}``) had TensorFlow's oneDNN kernels on, else ``"default"``
+    (the allocator of the recorded runs, whose children all had them off)."""
+    if flag == "bfc":
+        return "bfc"
+    results = [r for rs in raw.values() for r in rs]
+    if results and all(r.get("tf_onednn") for r in results):
+        return "onednn"
+    return "default"
 
 
 def memory_runs(script, configs, variants, reps, child_args, log, env=None):

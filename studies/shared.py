@@ -288,10 +288,36 @@ def dist_version(name):
         return None
 
 
+def cpu_model():
+    """The CPU's ``model name`` from ``/proc/cpuinfo``, or None where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def tf_onednn():
+    """Whether TensorFlow's oneDNN kernels are on in this process (its default on CPUs with
+    AVX512_VNNI, AVX512_BF16 or AMX, the log's "oneDNN custom operations are on"; the
+    environment variable ``TF_ENABLE_ONEDNN_OPTS`` overrides it), or None where TensorFlow
+    does not say. They change float rounding, kernel times and the CPU allocator (theirs
+    keeps statistics: ``benchmarks/peak_memory.py``)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def environment(*dists):
     """Versions and machine facts of this process, recorded in every results file: Python,
     TensorFlow, Keras, NumPy, SciPy and the distributions ``dists``, the platform, host, CPU
-    count and the load average when it was called (``loadavg``: the cores may be shared)."""
+    model and count, whether TensorFlow's oneDNN kernels are on (:func:`tf_onednn`) and the
+    load average when it was called (``loadavg``: the cores may be shared)."""
     import keras
     import tensorflow as tf
 
@@ -304,7 +330,9 @@ def environment(*dists):
     record.update(
         platform=platform.platform(),
         host=socket.gethostname(),
+        cpu_model=cpu_model(),
         cpu_count=os.cpu_count(),
+        tf_onednn=tf_onednn(),
         loadavg=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     )
     return record

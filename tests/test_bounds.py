@@ -2,8 +2,10 @@
 (nothing here times anything), and the bounds that passes.py, gsnr_memory.py and overhead.py
 (``overhead_bounds.py``) register."""
 
+import json
 import math
 import os
+import subprocess
 import sys
 
 import tensorflow as tf
@@ -169,6 +171,20 @@ class RegisteredBoundsTest(tf.test.TestCase):
         verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
         got = {v.metric for v in verdicts if "memory" in v.metric or "tensor" in v.metric}
         self.assertEqual(got, {"vr_default_tensor_peak_ratio"})
+        # So is peak RSS where the children ran oneDNN's allocator (TensorFlow's default on
+        # CPUs with AVX512_VNNI or AMX): the flag says default, the children say oneDNN.
+        doc["config"] = {"cpu_allocator": "default"}
+        memory[0]["raw"] = {v: [{"tf_onednn": True}] * 2 for v in ("base", "vr", "vr_default")}
+        verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
+        got = {v.metric for v in verdicts if "memory" in v.metric or "tensor" in v.metric}
+        self.assertEqual(got, {"vr_default_tensor_peak_ratio"})
+        self.assertEqual(
+            {v.case["cpu_allocator"] for v in verdicts if "tensor" in v.metric}, {"onednn"}
+        )
+        # One child with oneDNN off: not all ran oneDNN's allocator, so not labelled as such.
+        memory[0]["raw"]["base"][0] = {"tf_onednn": False}
+        self.assertEqual(peak_memory.children_allocator("default", memory[0]["raw"]), "default")
+        self.assertEqual(peak_memory.children_allocator("bfc", memory[0]["raw"]), "bfc")
 
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [
@@ -219,11 +235,33 @@ class PeakMemoryTest(tf.test.TestCase):
         self.assertNotIn("tensor_peak_ratio", got["vr"])
         self.assertNotIn("base_tensor_peak_mb_median", got)
 
-    def test_the_default_cpu_allocator_keeps_no_statistics(self):
-        """This test process runs TensorFlow's default CPU allocator (no BFC_ENV)."""
-        if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"):
-            self.skipTest("the BFC allocator is on in this process")
-        self.assertEqual(peak_memory.tensor_memory(), (None, None))
+    def test_the_cpu_allocator_keeps_statistics_under_bfc_or_onednn(self):
+        """TensorFlow's CPU allocator keeps statistics exactly where BFC_ENV or oneDNN is on:
+        in this process as it is (oneDNN is TensorFlow's default on CPUs with AVX512_VNNI or
+        AMX, off on others), and in a child with oneDNN the other way (TF_ENABLE_ONEDNN_OPTS).
+        The old test assumed the default allocator never does: it failed on such a CPU."""
+        bfc = bool(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+        here = peak_memory.tf_onednn()
+        self.assertIsInstance(here, bool)
+        self.assertEqual(peak_memory.tensor_memory() == (None, None), not (bfc or here))
+        code = (
+            "import json, peak_memory; "
+            "print(json.dumps([peak_memory.tf_onednn(), peak_memory.tensor_memory()]))"
+        )
+        env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0" if here else "1")
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=os.path.join(REPO, "benchmarks"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        child_onednn, (peak, current) = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(child_onednn, not here)
+        self.assertEqual(peak is None, not (bfc or child_onednn))
+        self.assertEqual(current is None, peak is None)
 
 
 if __name__ == "__main__":

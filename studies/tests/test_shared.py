@@ -38,8 +38,9 @@ class SharedNamesTest(tf.test.TestCase):
         self.assertEqual(
             list(env),
             ["python", "tensorflow", "keras", "numpy", "scipy", "vrgd_tf"]
-            + ["platform", "host", "cpu_count", "loadavg"],
+            + ["platform", "host", "cpu_model", "cpu_count", "tf_onednn", "loadavg"],
         )
+        self.assertIsInstance(env["tf_onednn"], bool)
         self.assertEqual(env["vrgd_tf"], shared.dist_version("vrgd_tf"))
         self.assertIsNone(shared.dist_version("no-such-distribution-here"))
         # Files written before the records were one say loadavg_at_start.
