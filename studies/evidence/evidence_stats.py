@@ -29,6 +29,7 @@ __all__ = [
     "holm",
     "collapse_test",
     "lr_window_width",
+    "contiguous_lr_window",
     "steps_to_target",
     "gap_at_loss",
     "CONTRAST_WORDS",
@@ -215,6 +216,52 @@ def lr_window_width(rates: Sequence[float], accs: Sequence[float], within: float
         "best_acc": float(a[best]),
         "count": int(inside.sum()),
         "log2_width": float(np.log2(r[inside].max() / r[inside].min())),
+    }
+
+
+def contiguous_lr_window(rates: Sequence[float], accs: Sequence[float], within: float = MARGIN_PP):
+    """The learning-rate window on a contiguous definition: the best rate and its neighbours
+    in the grid, outward on each side until a rate falls more than ``within`` pp below the
+    best (the evidence review's definition; :func:`lr_window_width` counts every rate within
+    ``within``, adjacent or not).
+
+    Args:
+      rates: the grid's learning rates (any order, > 0).
+      accs: mean validation accuracy (%) at each rate; a NaN ends the window.
+      within: pp below the best that still counts.
+
+    Returns:
+      dict ``best_lr``, ``best_acc``, ``low``, ``high`` (the window's lowest and highest
+      rate), ``count`` (grid points in it) and ``log2_width`` (``log2(high / low)``); the
+      rates are None and ``count`` 0 where no accuracy is finite.
+    """
+    order = np.argsort(np.asarray(rates, np.float64))
+    r = np.asarray(rates, np.float64)[order]
+    a = np.asarray(accs, np.float64)[order]
+    ok = np.isfinite(a)
+    if not ok.any():
+        return {
+            "best_lr": None,
+            "best_acc": None,
+            "low": None,
+            "high": None,
+            "count": 0,
+            "log2_width": 0.0,
+        }
+    best = int(np.argmax(np.where(ok, a, -np.inf)))
+    inside = ok & (a >= a[best] - within)
+    lo = hi = best
+    while lo > 0 and inside[lo - 1]:
+        lo -= 1
+    while hi < len(r) - 1 and inside[hi + 1]:
+        hi += 1
+    return {
+        "best_lr": float(r[best]),
+        "best_acc": float(a[best]),
+        "low": float(r[lo]),
+        "high": float(r[hi]),
+        "count": hi - lo + 1,
+        "log2_width": float(np.log2(r[hi] / r[lo])),
     }
 
 

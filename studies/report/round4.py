@@ -196,6 +196,29 @@ def choice_lines(choice):
     return lines + [""]
 
 
+def window_line(tune, pair, grid):
+    """Each arm's learning-rate window on the contiguous definition (descriptive, not
+    registered: :func:`evidence_stats.contiguous_lr_window` over the 3-seed means)."""
+    parts = []
+    for a in ARMS:
+        means = []
+        for lr in grid:
+            v = [r["final"]["val_acc"] for r in round3.runs_of(tune, pair, arm=a, peak_lr=lr)]
+            means.append(float(np.mean(v)) if len(v) == len(p4.TUNE_SEEDS) else float("nan"))
+        w = es.contiguous_lr_window(grid, means)
+        if w["count"]:
+            parts.append(
+                f"{ARM_LABEL[a]} {w['low']:g}–{w['high']:g} ({w['count']} rate(s), "
+                f"×{2 ** w['log2_width']:.2f} wide)"
+            )
+    return [
+        "Learning-rate window within 1 pp of each arm's best mean, contiguous (the best rate "
+        "and its neighbours until one falls more than 1 pp below; descriptive, not "
+        "registered): " + "; ".join(parts) + ".",
+        "",
+    ]
+
+
 def provenance_line(states):
     """Which library commit every run holds for, and how many came from a dirty tree."""
     prov = [r["provenance"] for s in states for r in (s or {}).get("runs", {}).values()]
@@ -276,7 +299,7 @@ def pair_lines(tune, final, pair, images_dir, images_rel):
     ]
     ends = None
     if st["choice"]:
-        lines += choice_lines(st["choice"])
+        lines += choice_lines(st["choice"]) + window_line(tune, pair, st["grid"])
     if st["complete"]:
         ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
         lines += e1_lines(st["by_arm"], ends)

@@ -93,6 +93,29 @@ class SecondaryTest(tf.test.TestCase):
         self.assertEqual(w["count"], 3)
         self.assertAllClose(w["log2_width"], 2.0)
 
+    def test_contiguous_lr_window_stops_at_the_first_rate_outside(self):
+        # Round 3's Momentum base (evidence review 1.3.3): 0.0841 and 0.141 are within 1 pp
+        # of the best, 0.1 and 0.119 between them are not. Unsorted on purpose.
+        rates = [0.141, 0.0707, 0.0841, 0.1, 0.119, 0.168]
+        accs = [72.5, 70.0, 73.0, 71.0, 71.5, 60.0]
+        w = es.contiguous_lr_window(rates, accs)
+        self.assertEqual(
+            (w["best_lr"], w["low"], w["high"], w["count"]), (0.0841, 0.0841, 0.0841, 1)
+        )
+        self.assertEqual(es.lr_window_width(rates, accs)["count"], 2)  # not adjacent
+        # Round 4's Momentum base after 85 tuning runs: 3.8-7.61 (5 rates, x2 wide);
+        # 3.2 (89.15) and 9.05 (86.38) are more than 1 pp below 6.4's 90.65.
+        grid = [2.69087, 3.2, 3.80546, 4.52548, 5.38174, 6.4, 7.61093, 9.05097, 10.7635, 12.8]
+        accs = [90.44, 89.15, 90.50, 90.22, 90.05, 90.65, 90.41, 86.38, 86.13, 48.49]
+        w = es.contiguous_lr_window(grid, accs)
+        self.assertEqual((w["low"], w["high"], w["count"]), (3.80546, 7.61093, 5))
+        self.assertAllClose(w["log2_width"], 1.0)
+        # A NaN ends the window; at the grid's edge it ends there.
+        w = es.contiguous_lr_window([1.0, 2.0, 4.0], [90.0, float("nan"), 89.5])
+        self.assertEqual((w["low"], w["high"], w["count"], w["log2_width"]), (1.0, 1.0, 1, 0.0))
+        w = es.contiguous_lr_window([1.0, 2.0], [float("nan")] * 2)
+        self.assertEqual((w["best_lr"], w["count"]), (None, 0))
+
     def test_steps_to_target_and_gap_at_loss(self):
         self.assertEqual(es.steps_to_target([13, 26, 39], [50.0, 80.0, 90.0], 80.0), 26)
         self.assertIsNone(es.steps_to_target([13, 26], [50.0, 60.0], 80.0))

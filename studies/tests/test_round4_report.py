@@ -104,6 +104,8 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("tuning done (81 runs); final phase: 15 of 72 runs", text)
         self.assertIn("Chosen rates (best mean validation accuracy, then the stability", text)
         self.assertIn("base 6.4, VR 6.4, scalar-VR 6.4. E2's target: 89.50 %.", text)
+        # 5.38 and 7.61 are exactly 1 pp below the best (inside), 4.53 and 9.05 2 pp.
+        self.assertIn("registered): base 5.38174–7.61093 (3 rate(s), ×1.41 wide); VR", text)
         self.assertNotIn("E1 (primary)", text)
         self.assertNotIn("test accuracy 9", text)
 
