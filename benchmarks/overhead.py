@@ -131,9 +131,9 @@ flags.DEFINE_enum(
     ["default", "bfc"],
     "TensorFlow's CPU allocator in the memory subprocesses: bfc "
     "(TF_CPU_ALLOCATOR_USE_BFC=true) also reports the tensors' own peak beside peak RSS "
-    "(benchmarks/peak_memory.py); default is TensorFlow's own choice: the recorded runs' "
-    "allocator, or oneDNN's where its kernels are on (each child records tf_onednn; the "
-    "peak RSS bounds then do not apply).",
+    "(benchmarks/peak_memory.py); default is TensorFlow's own choice, oneDNN's allocator "
+    "where its kernels are on (it reports the tensors' peak too; each child records "
+    "tf_onednn).",
 )
 flags.DEFINE_bool(
     "loopback",

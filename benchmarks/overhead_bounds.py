@@ -2,7 +2,6 @@
 without flags so that a test can read them beside other benchmarks' modules."""
 
 import bounds
-import peak_memory
 
 #: Regression bounds of the full run: VR/base (median over repetitions) step time, peak RSS
 #: (children under the default CPU allocator) and the tensors' peak (under the BFC allocator).
@@ -59,10 +58,9 @@ BOUNDS = (
 def bound_measurements(doc):
     """VR/base step time of every timing entry and peak memory of every memory entry, for
     ``vr`` (diagnostics every step) and ``vr_default`` (the defaults) where measured: peak
-    RSS, labelled with the children's CPU allocator (:func:`peak_memory.children_allocator`:
-    the bounds on peak RSS hold for the default allocator only), and the tensors' peak where
-    the children reported it."""
-    flag = doc.get("config", {}).get("cpu_allocator", "default")
+    RSS, labelled with the children's CPU allocator, and the tensors' peak where the
+    children reported it."""
+    allocator = doc.get("config", {}).get("cpu_allocator", "default")
     for e in doc["timing"]:
         case = {"model": e["model"], "pair": e["pair"], "batch": e["batch"]}
         for variant, metric in (("vr", "vr_step_ratio"), ("vr_default", "vr_default_step_ratio")):
@@ -70,7 +68,7 @@ def bound_measurements(doc):
                 yield bounds.Measurement(metric, case, e["ratio"][variant]["median"])
     for m in doc["memory"]:
         case = {"model": m["model"], "pair": m["pair"], "batch": m["batch"]}
-        case["cpu_allocator"] = peak_memory.children_allocator(flag, m.get("raw", {}))
+        case["cpu_allocator"] = allocator
         for variant in ("vr", "vr_default"):
             if isinstance(m.get(variant), dict):
                 metric = f"{variant}_peak_memory_ratio"

