@@ -7,9 +7,9 @@ Peak RSS counts everything the process holds: tensors, but also the traced graph
 kernels and XLA's compiled clusters (one per replica when 8 replicas share the process),
 which on an accelerator live in host memory. TensorFlow's CPU allocator keeps statistics
 as a BFC allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``, :data:`BFC_ENV`, set in the child's
-environment; one allocator serves every logical CPU device), and where TensorFlow's oneDNN
-kernels are on (its default on CPUs with AVX512_VNNI, AVX512_BF16 or AMX), whose allocator
-the default then is: then the children also report the tensors' own peak
+environment; one allocator serves every logical CPU device) and as oneDNN's allocator, the
+default where TensorFlow's oneDNN kernels are on (its default on CPUs with AVX512_VNNI,
+AVX512_BF16 or AMX): then the children also report the tensors' own peak
 (``tensor_peak_bytes``, tensors and XLA's buffers), the quantity an accelerator's memory
 holds. Each child records whether oneDNN was on (``tf_onednn``; not recorded before
 2026-12-07, when the recorded runs' machines had it on in some files and off in others)."""
