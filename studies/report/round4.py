@@ -15,6 +15,7 @@ import os
 
 import evidence_stats as es
 import numpy as np
+import protocol3 as p3
 import protocol4 as p4
 import stats4
 from protocol4 import ARM_LABEL, ARMS
@@ -198,15 +199,13 @@ def choice_lines(choice):
 
 def window_line(tune, pair, grid):
     """Each arm's learning-rate window on the contiguous definition (descriptive, not
-    registered: :func:`evidence_stats.contiguous_lr_window` over the 3-seed means, a
-    non-finite run counting 0 % as in the choice, ``protocol4.val_of``)."""
+    registered: :func:`evidence_stats.contiguous_lr_window` over the 3-seed means the choice
+    uses, ``protocol3.mean_val``: a non-finite run counts 0 %, a missing one leaves a gap)."""
+    runs = (tune or {}).get("runs", {})
     parts = []
     for a in ARMS:
-        means = []
-        for lr in grid:
-            v = [p4.val_of(r) for r in round3.runs_of(tune, pair, arm=a, peak_lr=lr)]
-            means.append(float(np.mean(v)) if len(v) == len(p4.TUNE_SEEDS) else float("nan"))
-        w = es.contiguous_lr_window(grid, means)
+        means = [p3.mean_val(runs, pair, a, lr, p4.TUNE_SEEDS) for lr in grid]
+        w = es.contiguous_lr_window(grid, [float("nan") if m is None else m for m in means])
         if w["count"]:
             parts.append(
                 f"{ARM_LABEL[a]} {w['low']:g}–{w['high']:g} ({w['count']} rate(s), "
