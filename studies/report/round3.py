@@ -279,9 +279,10 @@ def plot_tuning(tune, pair, grid, path, effective=False, arms=ARMS, title=None):
     plt.close(fig)
 
 
-def plot_final(by_arm, path, pair, field="test_acc", title=None, ylabel=None):
-    """``field`` of the final runs per arm of ``by_arm``: every seed a dot, the mean a bar;
-    ``title`` and ``ylabel`` default to round 3's test accuracy."""
+def plot_final(by_arm, path, pair, field="test_acc", title=None, ylabel=None, center=np.mean):
+    """``field`` of the final runs per arm of ``by_arm``: every seed a dot, ``center`` (the
+    mean, or e.g. ``np.median`` for censored values) a bar; ``title`` and ``ylabel`` default
+    to round 3's test accuracy."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
     arms = list(by_arm)
@@ -289,7 +290,7 @@ def plot_final(by_arm, path, pair, field="test_acc", title=None, ylabel=None):
         acc = [r["final"][field] for r in by_arm[a].values()]
         jitter = np.linspace(-0.15, 0.15, len(acc))
         ax.scatter(i + jitter, acc, s=12, color=COLORS[a])
-        ax.hlines(np.mean(acc), i - 0.3, i + 0.3, color="k")
+        ax.hlines(center(acc), i - 0.3, i + 0.3, color="k")
     ax.set_xticks(range(len(arms)), [ARM_LABEL[a].replace(" (", "\n(") for a in arms], fontsize=8)
     ax.set_ylabel(ylabel or "final test accuracy %")
     ax.set_title(title or f"Round 3 final, {PAIR_LABEL[pair]}, 16 seeds per arm")

@@ -282,7 +282,8 @@ def plots(tune, pair, st, ends, images_dir, images_rel):
         a: {s: {"final": {"e": e}} for s, e in zip(p4.FINAL_SEEDS, ends["epochs"][a])} for a in ARMS
     }
     path = add(f"round4_epochs_{pair}.png", "epochs to the target per arm")
-    round3.plot_final(ep, path, pair, "e", pf, "epochs to the E2 target (41 = never)")
+    ylabel = "epochs to the E2 target\n(41 = never; bar: median)"
+    round3.plot_final(ep, path, pair, "e", pf, ylabel, center=np.median)
     return out
 
 
@@ -356,15 +357,18 @@ IN_WORDS = {
     "helps only through its step size": "with {opt} only as a step size",
     "no benefit": "no benefit with {opt} (a tuned {opt} did as well)",
     "costs accuracy": "it cost accuracy with {opt}",
-    "inconclusive": "not shown with {opt} (inconclusive)",
+    "inconclusive": "not shown with {opt}",
 }
 
 
-def user_words(readout, s, opt):
-    """A readout in a user's words with VR − base's summary ``s`` (mean, CI). A difference
-    the CI detects never reads "did as well": "no benefit" with the CI below 0 reads
-    "slightly worse", above 0 "slightly higher, within ±0.5 pp and not significant after
-    Holm"."""
+def user_words(readout, s, opt, collapses=0, deltas=None, name_readout=True):
+    """A readout in a user's words with VR − base's summary ``s`` (mean, CI, Holm's p),
+    e.g. "not shown with Momentum (inconclusive: VR − base +6.08 pp, 95 % CI [...], Holm p
+    0.095)". A difference the CI detects never reads "did as well": "no benefit" with the
+    CI below 0 reads "slightly worse", above 0 "slightly higher, within ±0.5 pp and not
+    significant after Holm". Where the base collapsed on ``collapses`` seeds, the paired
+    ``deltas``' median and the seeds favouring VR stand beside the mean. ``name_readout``
+    False leaves "inconclusive: " out (for a line that names the readout already)."""
     lo, hi = s["t_ci"]
     words = IN_WORDS[readout].format(opt=opt)
     if readout == "no benefit" and hi < 0:
@@ -374,17 +378,33 @@ def user_words(readout, s, opt):
             f"no benefit with {opt} beyond ±0.5 pp: VR was slightly higher than a tuned {opt}, "
             "not significant after Holm"
         )
-    return f"{words} (VR − base {s['mean']:+.2f} pp, {_ci(lo, hi)})"
+    detail = f"VR − base {s['mean']:+.2f} pp, {_ci(lo, hi)}, Holm p {s['p_t_holm']:.2g}"
+    if collapses and deltas is not None:
+        detail += (
+            f"; {round3.seeds_text(deltas)}; the base collapsed on {collapses} of "
+            f"{len(deltas)} seeds"
+        )
+    tag = "inconclusive: " if name_readout and readout == "inconclusive" else ""
+    return f"{words} ({tag}{detail})"
 
 
-def in_words(results_dir, pair="momentum"):
+def in_words(results_dir, pair="momentum", name_readout=True):
     """A complete pair's readout in a user's words (:func:`user_words`), or None."""
     tune, final = round3.load(results_dir, "tune"), round3.load(results_dir, "final")
     st = status(tune, final, pair)
     if not st["complete"]:
         return None
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
-    return user_words(ends["readout"], ends["e1"]["vr-base"], PAIR_LABEL[pair])
+    by_arm = st["by_arm"]
+    deltas = np.subtract(column(by_arm, "vr", "test_acc"), column(by_arm, "base", "test_acc"))
+    return user_words(
+        ends["readout"],
+        ends["e1"]["vr-base"],
+        PAIR_LABEL[pair],
+        ends["collapses"]["base"],
+        deltas,
+        name_readout,
+    )
 
 
 def headline(results_dir, pair="momentum"):
@@ -400,7 +420,7 @@ def headline(results_dir, pair="momentum"):
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
     e2, e3 = ends["e2"]["vr-base"], ends["e3"]
     return (
-        f"{setting}, 24 pairs): **{ends['readout']}**: {in_words(results_dir, pair)}; "
+        f"{setting}, 24 pairs): **{ends['readout']}**: {in_words(results_dir, pair, False)}; "
         f"VR − scalar-VR {ends['e1']['vr-scalar_vr']['mean']:+.2f} pp "
         f"({ends['e1']['vr-scalar_vr']['words']}); speed-up {e2['ratio']:.2f}x ({e2['words']}); "
         f"gap VR − base {e3['mean']:+.2f} pp, {_ci(*e3['t_ci'])}; collapses "

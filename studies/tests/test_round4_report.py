@@ -181,20 +181,39 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("24 pairs) stopped: stopped after tuning", round4.headline(d))
 
     def test_user_words_never_read_a_detected_difference_as_did_as_well(self):
-        def s(lo, hi):
-            return {"mean": (lo + hi) / 2, "t_ci": [lo, hi]}
+        def s(lo, hi, p=0.2):
+            return {"mean": (lo + hi) / 2, "t_ci": [lo, hi], "p_t_holm": p}
 
         above = round4.user_words("no benefit", s(0.01, 0.39), "Momentum")
         self.assertStartsWith(
             above, "no benefit with Momentum beyond ±0.5 pp: VR was slightly higher"
         )
         self.assertIn(
-            "not significant after Holm (VR − base +0.20 pp, 95 % CI [+0.01, +0.39])", above
+            "not significant after Holm (VR − base +0.20 pp, 95 % CI [+0.01, +0.39], Holm p 0.2)",
+            above,
         )
         below = round4.user_words("no benefit", s(-0.39, -0.01), "Momentum")
         self.assertIn("VR was slightly worse than a tuned Momentum", below)
         across = round4.user_words("no benefit", s(-0.2, 0.2), "Momentum")
         self.assertIn("a tuned Momentum did as well", across)
+
+    def test_user_words_inconclusive_gives_holm_p_and_the_collapses(self):
+        """An inconclusive readout reads once (no "(inconclusive) (…)"), with Holm's p on the
+        line of a CI that excludes 0; where the base collapsed, the median and the seeds
+        favouring VR stand beside the mean (issue 37's rule for a mean carried by
+        collapses)."""
+        s = {"mean": 6.08, "t_ci": [0.2, 12.0], "p_t_holm": 0.0953}
+        d = [70.0, 75.0] + [-0.5] * 15 + [0.3] * 7  # 2 base collapses, 9 of 24 favour VR
+        words = round4.user_words("inconclusive", s, "Momentum", collapses=2, deltas=d)
+        self.assertEqual(
+            words,
+            "not shown with Momentum (inconclusive: VR − base +6.08 pp, 95 % CI [+0.20, "
+            "+12.00], Holm p 0.095; median -0.50 pp, 9 of 24 seeds favour VR; the base "
+            "collapsed on 2 of 24 seeds)",
+        )
+        plain = round4.user_words("inconclusive", s, "Momentum")
+        self.assertNotIn("(inconclusive) (", plain)
+        self.assertNotIn("median", plain)
 
 
 class Round4VerdictTest(tf.test.TestCase):
@@ -232,3 +251,31 @@ class Round4VerdictTest(tf.test.TestCase):
         self.assertLen(lines, 5)
         self.assertStartsWith(lines[0], "**Does it help? Round 3's registered readouts")
         self.assertIn("tuning in progress: 47 of 81 runs; no verdict yet", lines[3])
+
+
+class Round4PlotTest(tf.test.TestCase):
+    def test_epochs_plot_bars_the_median_of_censored_epochs(self):
+        """Epochs to the target are censored at 41: the bar is the median the text gives
+        (a mean would move with how late "never" is set)."""
+        from unittest import mock
+
+        import matplotlib.axes
+
+        d = self.get_temp_dir()
+        final = final_state()
+        for s in range(13):  # VR never reaches the target on 13 of 24 seeds: median 41
+            run = final["runs"][p4.run_key("momentum", "vr", 6.4, s)]
+            run["curve"] = [dict(c, val_acc=80.0) for c in run["curve"]]
+        for name, state in (("tune", tune_state()), ("final", final)):
+            with open(os.path.join(d, f"{name}.json"), "w") as f:
+                json.dump(state, f)
+        calls = []
+
+        def hlines(ax, y, *args, **kwargs):
+            calls.append((ax, y))
+
+        with mock.patch.object(matplotlib.axes.Axes, "hlines", autospec=True) as m:
+            m.side_effect = hlines
+            round4.section(d, os.path.join(d, "img"), "img")
+        epochs = [y for ax, y in calls if ax.get_ylabel().startswith("epochs to the E2 target")]
+        self.assertAllClose(epochs, [20.0, 41.0, 20.0])  # base, VR, scalar-VR: the medians
