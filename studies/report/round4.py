@@ -418,11 +418,13 @@ def headline(results_dir, pair="momentum"):
         verb = "stopped" if st["choice"] and st["choice"]["repilot"] else "is running"
         return f"{setting}; 24 pairs) {verb}: {st['text']}; no verdict yet."
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
-    e2, e3 = ends["e2"]["vr-base"], ends["e3"]
+    e2, e3, vs = ends["e2"]["vr-base"], ends["e3"], ends["e1"]["vr-scalar_vr"]
+    lo, hi = (2.0**v for v in e2["t_ci"])
     return (
         f"{setting}, 24 pairs): **{ends['readout']}**: {in_words(results_dir, pair, False)}; "
-        f"VR − scalar-VR {ends['e1']['vr-scalar_vr']['mean']:+.2f} pp "
-        f"({ends['e1']['vr-scalar_vr']['words']}); speed-up {e2['ratio']:.2f}x ({e2['words']}); "
+        f"VR − scalar-VR {vs['mean']:+.2f} pp, {_ci(*vs['t_ci'])}, Holm p {vs['p_t_holm']:.2g} "
+        f"({vs['words']}); speed-up (base / VR epochs to the target) {e2['ratio']:.2f}x, "
+        f"{_ci(lo, hi, '.2f')} ({e2['words']}); "
         f"gap VR − base {e3['mean']:+.2f} pp, {_ci(*e3['t_ci'])}; collapses "
         + ", ".join(f"{ARM_LABEL[a]} {ends['collapses'][a]}" for a in ARMS)
         + "."

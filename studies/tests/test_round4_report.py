@@ -147,7 +147,16 @@ class Round4ReportTest(tf.test.TestCase):
         line = round4.headline(d)
         self.assertIn("**helps**", line)
         self.assertIn("yes with Momentum, beyond its step size (VR − base +0.30 pp", line)
-        self.assertIn("speed-up 2.00x (faster)", line)
+        self.assertIn(
+            "speed-up (base / VR epochs to the target) 2.00x, 95 % CI [2.00, 2.00] (faster)", line
+        )
+        # Every contrast of the line carries its CI: VR − scalar-VR +0.30 ± 0.10 (sd).
+        s = ends["e1"]["vr-scalar_vr"]
+        self.assertIn(
+            f"VR − scalar-VR +0.30 pp, 95 % CI [{s['t_ci'][0]:+.2f}, {s['t_ci'][1]:+.2f}], Holm p "
+            f"{s['p_t_holm']:.2g} (better)",
+            line,
+        )
 
     def test_reference_beside_the_base(self):
         runs = {
