@@ -11,6 +11,7 @@ summarised before a pair's 72 final runs are in). Then the registered endpoints
 E2 (epochs to the target), E3 (the generalization gap, read with E1) and E4 (collapses).
 """
 
+import math
 import os
 
 import evidence_stats as es
@@ -102,6 +103,45 @@ def _ci(lo, hi, fmt="+.2f"):
     return f"95 % CI [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def p_text(p):
+    """A p-value to 3 significant digits, more where 3 would round it across 0.05 (0.04996
+    reads 0.04996, not 0.05 beside "better")."""
+    text = f"{p:.3g}"
+    for digits in (4, 5, 6):
+        if not math.isfinite(p) or (float(text) < 0.05) == (p < 0.05):
+            break
+        text = f"{p:.{digits}g}"
+    return text
+
+
+def median_epochs(epochs):
+    """The median of epochs to the target, or None where half or more of the runs never
+    reach it (censored at 41): then the median is not observed."""
+    never = sum(x > p4.EPOCHS for x in epochs)
+    return float(np.median(epochs)) if 2 * never < len(epochs) else None
+
+
+def e2_words_text(s):
+    """An E2 contrast's registered words; "no speed-up" (its CI inside ±log2(1.25)) with
+    Holm p < 0.05 adds on which side the detected difference lies."""
+    if s["words"] == "no speed-up" and s["p_t_holm"] < 0.05:
+        side = "sooner" if s["mean"] > 0 else "later"
+        return f"no speed-up, but VR detectably {side}, by less than 1.25x"
+    return s["words"]
+
+
+def e2_summary(s):
+    """An E2 contrast's ratio with its 95 % CI and Holm p."""
+    lo, hi = (2.0**v for v in s["t_ci"])
+    return f"{s['ratio']:.3f}x, {_ci(lo, hi, '.3f')}, Holm p {p_text(s['p_t_holm'])}"
+
+
+def bold_word(s):
+    """An E1 contrast's registered word in bold, with the side of 0 when an "equivalent"
+    CI excludes it (round 3's words: "**equivalent**, but slightly lower: CI below 0")."""
+    return round3._word(s).replace(s["words"], f"**{s['words']}**", 1)
+
+
 def e1_lines(by_arm, ends):
     """Markdown lines of E1: each arm's test accuracy, both contrasts, the readout."""
     lines = ["**E1 (primary), final test accuracy** (24 seeds per arm, mean ± sd, median):", ""]
@@ -117,9 +157,9 @@ def e1_lines(by_arm, ends):
         d = np.subtract(column(by_arm, a, "test_acc"), column(by_arm, b, "test_acc"))
         lines.append(
             f"- {ARM_LABEL[a]} − {ARM_LABEL[b]}: {s['mean']:+.2f} pp ({round3.seeds_text(d)}), "
-            f"{_ci(*s['t_ci'])}; t-test p {s['p_t']:.3g} (Holm {s['p_t_holm']:.3g}), TOST p "
-            f"{s['p_tost']:.3g} (Holm {s['p_tost_holm']:.3g}): **{s['words']}**. Sensitivity: "
-            f"Wilcoxon p {s['p_wilcoxon']:.3g}, Hodges-Lehmann {s['hl']:+.2f} pp, "
+            f"{_ci(*s['t_ci'])}; t-test p {p_text(s['p_t'])} (Holm {p_text(s['p_t_holm'])}), "
+            f"TOST p {p_text(s['p_tost'])} (Holm {p_text(s['p_tost_holm'])}): {bold_word(s)}. "
+            f"Sensitivity: Wilcoxon p {p_text(s['p_wilcoxon'])}, Hodges-Lehmann {s['hl']:+.2f} pp, "
             f"{_ci(*s['hl_ci'])}."
         )
     return lines + ["", f"**Registered readout: {ends['readout']}.**", ""]
@@ -136,18 +176,21 @@ def e2_lines(ends, target):
     for a in ARMS:
         e = ends["epochs"][a]
         never = sum(x > p4.EPOCHS for x in e)
+        m = median_epochs(e)
+        median = "not reached (half or more never)" if m is None else f"{m:g} epochs"
         lines.append(
-            f"- {ARM_LABEL[a]}: median {np.median(e):g} epochs (range {min(e)}-{max(e)})"
+            f"- {ARM_LABEL[a]}: median {median} (range {min(e)}-{max(e)})"
             + (f", {never} of {len(e)} never" if never else "")
         )
     lines += ["", "Ratios of epochs to the target (> 1: VR sooner; Holm over the two):", ""]
     for a, b in CONTRASTS:
         s = ends["e2"][f"{a}-{b}"]
         lo, hi = (2.0**v for v in s["t_ci"])
+        words = e2_words_text(s).replace(s["words"], f"**{s['words']}**", 1)
         lines.append(
             f"- {ARM_LABEL[b]} / {ARM_LABEL[a]}: geometric mean {s['ratio']:.3f}x, "
-            f"{_ci(lo, hi, '.3f')}; t-test p {s['p_t']:.3g} (Holm {s['p_t_holm']:.3g}): "
-            f"**{s['words']}**"
+            f"{_ci(lo, hi, '.3f')}; t-test p {p_text(s['p_t'])} (Holm {p_text(s['p_t_holm'])}): "
+            f"{words}"
         )
     if ends["e2"]["vr-base"]["words"] == "faster":
         lines += ["", "VR − base is faster: the registered follow-up at 20 epochs is due."]
@@ -158,21 +201,22 @@ def e3_e4_lines(by_arm, ends):
     """Markdown lines of E3 (the gap, read with E1) and E4 (collapses)."""
     s, c = ends["e3"], ends["e4"]
     gaps = ", ".join(f"{ARM_LABEL[a]} {np.mean(column(by_arm, a, 'gap')):.2f} pp" for a in ARMS)
-    side = "narrower" if s["t_ci"][1] < 0 else "wider" if s["t_ci"][0] > 0 else "no clear"
+    lo, hi = s["t_ci"]
+    side = "VR's gap narrower" if hi < 0 else "VR's gap wider" if lo > 0 else "no clear difference"
     e1 = ends["e1"]["vr-base"]
-    read = f"; read with E1 (VR − base {e1['mean']:+.2f} pp, {e1['words']})" + (
-        ": a narrower gap with lower test accuracy is not a benefit" if e1["mean"] < 0 else ""
+    read = (
+        f"; read with E1 (VR − base {e1['mean']:+.2f} pp, {_ci(*e1['t_ci'])}, Holm p "
+        f"{p_text(e1['p_t_holm'])}, {e1['words']})"
+        + (": a narrower gap with lower test accuracy is not a benefit" if e1["mean"] < 0 else "")
     )
     lines = [
         f"**E3, generalization gap** (full training split minus test accuracy; mean {gaps}): "
-        f"VR − base {s['mean']:+.2f} pp, {_ci(*s['t_ci'])}: {side} difference"
-        + (read if side == "narrower" else "")
-        + ".",
+        f"VR − base {s['mean']:+.2f} pp, {_ci(lo, hi)}: {side}" + (read if hi < 0 else "") + ".",
         "",
         f"**E4, collapses** (final validation accuracy below {p4.COLLAPSE_BELOW:g} %): "
         + ", ".join(f"{ARM_LABEL[a]} {ends['collapses'][a]} of 24" for a in ARMS)
         + f"; VR vs base, exact paired test on the discordant seeds {c['discordant']} "
-        f"(base only, VR only): p {c['p']:.3g}.",
+        f"(base only, VR only): p {p_text(c['p'])}.",
         "",
     ]
     return lines
@@ -282,8 +326,13 @@ def plots(tune, pair, st, ends, images_dir, images_rel):
         a: {s: {"final": {"e": e}} for s, e in zip(p4.FINAL_SEEDS, ends["epochs"][a])} for a in ARMS
     }
     path = add(f"round4_epochs_{pair}.png", "epochs to the target per arm")
-    ylabel = "epochs to the E2 target\n(41 = never; bar: median)"
-    round3.plot_final(ep, path, pair, "e", pf, ylabel, center=np.median)
+    ylabel = "epochs to the E2 target\n(41 = never; bar: median, 41 if not reached)"
+
+    def median_or_never(e):
+        m = median_epochs(e)
+        return p4.EPOCHS + 1 if m is None else m
+
+    round3.plot_final(ep, path, pair, "e", pf, ylabel, center=median_or_never)
     return out
 
 
@@ -355,35 +404,48 @@ def section(results_dir, images_dir, images_rel):
 IN_WORDS = {
     "helps": "yes with {opt}, beyond its step size",
     "helps only through its step size": "with {opt} only as a step size",
-    "no benefit": "no benefit with {opt} (a tuned {opt} did as well)",
+    "no benefit": "no benefit with {opt}: a tuned {opt} did as well",
     "costs accuracy": "it cost accuracy with {opt}",
     "inconclusive": "not shown with {opt}",
 }
 
 
-def user_words(readout, s, opt, collapses=0, deltas=None, name_readout=True):
-    """A readout in a user's words with VR − base's summary ``s`` (mean, CI, Holm's p),
-    e.g. "not shown with Momentum (inconclusive: VR − base +6.08 pp, 95 % CI [...], Holm p
-    0.095)". A difference the CI detects never reads "did as well": "no benefit" with the
-    CI below 0 reads "slightly worse", above 0 "slightly higher, within ±0.5 pp and not
-    significant after Holm". Where the base collapsed on ``collapses`` seeds, the paired
-    ``deltas``' median and the seeds favouring VR stand beside the mean. ``name_readout``
-    False leaves "inconclusive: " out (for a line that names the readout already)."""
+def _contrast(name, s):
+    return f"{name} {s['mean']:+.2f} pp, {_ci(*s['t_ci'])}, Holm p {p_text(s['p_t_holm'])}"
+
+
+def user_words(readout, e1, opt, collapses=None, deltas=None, name_readout=True):
+    """A readout in a user's words with E1's summaries ``e1`` (``{"vr-base": s,
+    "vr-scalar_vr": s}``, each with mean, CI, Holm's p), e.g. "not shown with Momentum
+    (inconclusive: VR − base +6.08 pp, 95 % CI [...], Holm p 0.0953)". A difference the CI
+    detects never reads "did as well": "no benefit" with the CI below 0 reads "slightly
+    worse", above 0 "slightly higher, not significant after Holm". "helps" and "helps only
+    through its step size" add VR − scalar-VR, the contrast they rest on. Where the base
+    or VR collapsed (``collapses``: ``{arm: count}``), the VR − base ``deltas``' median and
+    the seeds favouring VR stand beside the mean, and a median of the other sign says the
+    mean comes from the collapsed seeds. ``name_readout`` False leaves "inconclusive: " out
+    and VR − scalar-VR to a line that gives them already."""
+    s = e1["vr-base"]
     lo, hi = s["t_ci"]
     words = IN_WORDS[readout].format(opt=opt)
     if readout == "no benefit" and hi < 0:
-        words = f"no benefit with {opt}: VR was slightly worse than a tuned {opt}"
+        words = f"no benefit with {opt}: VR was slightly worse than a tuned {opt}, within ±0.5 pp"
     elif readout == "no benefit" and lo > 0:
         words = (
             f"no benefit with {opt} beyond ±0.5 pp: VR was slightly higher than a tuned {opt}, "
             "not significant after Holm"
         )
-    detail = f"VR − base {s['mean']:+.2f} pp, {_ci(lo, hi)}, Holm p {s['p_t_holm']:.2g}"
-    if collapses and deltas is not None:
-        detail += (
-            f"; {round3.seeds_text(deltas)}; the base collapsed on {collapses} of "
-            f"{len(deltas)} seeds"
+    detail = _contrast("VR − base", s)
+    gone = {a: n for a, n in (collapses or {}).items() if n and a in ("base", "vr")}
+    if gone and deltas is not None:
+        med = float(np.median(deltas))
+        detail += f"; {round3.seeds_text(deltas)}; collapsed: " + ", ".join(
+            f"{ARM_LABEL[a]} on {n} of {len(deltas)} seeds" for a, n in gone.items()
         )
+        if med * s["mean"] < 0:
+            detail += "; the median has the other sign: the mean comes from the collapsed seeds"
+    if name_readout and readout.startswith("helps"):
+        detail += "; " + _contrast("VR − scalar-VR", e1["vr-scalar_vr"])
     tag = "inconclusive: " if name_readout and readout == "inconclusive" else ""
     return f"{words} ({tag}{detail})"
 
@@ -397,14 +459,8 @@ def in_words(results_dir, pair="momentum", name_readout=True):
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
     by_arm = st["by_arm"]
     deltas = np.subtract(column(by_arm, "vr", "test_acc"), column(by_arm, "base", "test_acc"))
-    return user_words(
-        ends["readout"],
-        ends["e1"]["vr-base"],
-        PAIR_LABEL[pair],
-        ends["collapses"]["base"],
-        deltas,
-        name_readout,
-    )
+    opt = PAIR_LABEL[pair]
+    return user_words(ends["readout"], ends["e1"], opt, ends["collapses"], deltas, name_readout)
 
 
 def headline(results_dir, pair="momentum"):
@@ -419,12 +475,10 @@ def headline(results_dir, pair="momentum"):
         return f"{setting}; 24 pairs) {verb}: {st['text']}; no verdict yet."
     ends = endpoints(st["by_arm"], st["choice"]["target_val_acc"])
     e2, e3, vs = ends["e2"]["vr-base"], ends["e3"], ends["e1"]["vr-scalar_vr"]
-    lo, hi = (2.0**v for v in e2["t_ci"])
     return (
         f"{setting}, 24 pairs): **{ends['readout']}**: {in_words(results_dir, pair, False)}; "
-        f"VR − scalar-VR {vs['mean']:+.2f} pp, {_ci(*vs['t_ci'])}, Holm p {vs['p_t_holm']:.2g} "
-        f"({vs['words']}); speed-up (base / VR epochs to the target) {e2['ratio']:.2f}x, "
-        f"{_ci(lo, hi, '.2f')} ({e2['words']}); "
+        f"{_contrast('VR − scalar-VR', vs)} ({round3._word(vs)}); speed-up (base / VR epochs to "
+        f"the target) {e2_summary(e2)} ({e2_words_text(e2)}); "
         f"gap VR − base {e3['mean']:+.2f} pp, {_ci(*e3['t_ci'])}; collapses "
         + ", ".join(f"{ARM_LABEL[a]} {ends['collapses'][a]}" for a in ARMS)
         + "."

@@ -148,7 +148,9 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("**helps**", line)
         self.assertIn("yes with Momentum, beyond its step size (VR − base +0.30 pp", line)
         self.assertIn(
-            "speed-up (base / VR epochs to the target) 2.00x, 95 % CI [2.00, 2.00] (faster)", line
+            "speed-up (base / VR epochs to the target) 2.000x, 95 % CI [2.000, 2.000], Holm p 0 "
+            "(faster)",
+            line,
         )
         # Every contrast of the line carries its CI: VR − scalar-VR +0.30 ± 0.10 (sd).
         s = ends["e1"]["vr-scalar_vr"]
@@ -190,10 +192,11 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn("24 pairs) stopped: stopped after tuning", round4.headline(d))
 
     def test_user_words_never_read_a_detected_difference_as_did_as_well(self):
-        def s(lo, hi, p=0.2):
-            return {"mean": (lo + hi) / 2, "t_ci": [lo, hi], "p_t_holm": p}
+        def e1(lo, hi, p=0.2):
+            s = {"mean": (lo + hi) / 2, "t_ci": [lo, hi], "p_t_holm": p}
+            return {"vr-base": s, "vr-scalar_vr": dict(s, mean=0.1)}
 
-        above = round4.user_words("no benefit", s(0.01, 0.39), "Momentum")
+        above = round4.user_words("no benefit", e1(0.01, 0.39), "Momentum")
         self.assertStartsWith(
             above, "no benefit with Momentum beyond ±0.5 pp: VR was slightly higher"
         )
@@ -201,28 +204,125 @@ class Round4ReportTest(tf.test.TestCase):
             "not significant after Holm (VR − base +0.20 pp, 95 % CI [+0.01, +0.39], Holm p 0.2)",
             above,
         )
-        below = round4.user_words("no benefit", s(-0.39, -0.01), "Momentum")
-        self.assertIn("VR was slightly worse than a tuned Momentum", below)
-        across = round4.user_words("no benefit", s(-0.2, 0.2), "Momentum")
-        self.assertIn("a tuned Momentum did as well", across)
+        below = round4.user_words("no benefit", e1(-0.39, -0.01), "Momentum")
+        self.assertIn("VR was slightly worse than a tuned Momentum, within ±0.5 pp (VR", below)
+        across = round4.user_words("no benefit", e1(-0.2, 0.2), "Momentum")
+        self.assertEqual(
+            across,
+            "no benefit with Momentum: a tuned Momentum did as well (VR − base +0.00 pp, 95 % "
+            "CI [-0.20, +0.20], Holm p 0.2)",
+        )
+        # "helps" rests on VR − scalar-VR too: it is given.
+        helps = round4.user_words("helps only through its step size", e1(0.1, 0.5), "LARS")
+        self.assertEqual(
+            helps,
+            "with LARS only as a step size (VR − base +0.30 pp, 95 % CI [+0.10, +0.50], Holm p "
+            "0.2; VR − scalar-VR +0.10 pp, 95 % CI [+0.10, +0.50], Holm p 0.2)",
+        )
 
     def test_user_words_inconclusive_gives_holm_p_and_the_collapses(self):
         """An inconclusive readout reads once (no "(inconclusive) (…)"), with Holm's p on the
-        line of a CI that excludes 0; where the base collapsed, the median and the seeds
-        favouring VR stand beside the mean (issue 37's rule for a mean carried by
-        collapses)."""
+        line of a CI that excludes 0; where the base (or VR) collapsed, the median and the
+        seeds favouring VR stand beside the mean (issue 37's rule for a mean carried by
+        collapses), and a median of the other sign says where the mean comes from."""
         s = {"mean": 6.08, "t_ci": [0.2, 12.0], "p_t_holm": 0.0953}
+        e1 = {"vr-base": s, "vr-scalar_vr": s}
         d = [70.0, 75.0] + [-0.5] * 15 + [0.3] * 7  # 2 base collapses, 9 of 24 favour VR
-        words = round4.user_words("inconclusive", s, "Momentum", collapses=2, deltas=d)
+        gone = {"base": 2, "vr": 0, "scalar_vr": 3}
+        words = round4.user_words("inconclusive", e1, "Momentum", collapses=gone, deltas=d)
         self.assertEqual(
             words,
             "not shown with Momentum (inconclusive: VR − base +6.08 pp, 95 % CI [+0.20, "
-            "+12.00], Holm p 0.095; median -0.50 pp, 9 of 24 seeds favour VR; the base "
-            "collapsed on 2 of 24 seeds)",
+            "+12.00], Holm p 0.0953; median -0.50 pp, 9 of 24 seeds favour VR; collapsed: base "
+            "on 2 of 24 seeds; the median has the other sign: the mean comes from the collapsed "
+            "seeds)",
         )
-        plain = round4.user_words("inconclusive", s, "Momentum")
+        plain = round4.user_words("inconclusive", e1, "Momentum")
         self.assertNotIn("(inconclusive) (", plain)
         self.assertNotIn("median", plain)
+        # VR's collapses carry a negative mean the same way.
+        s = {"mean": -13.2, "t_ci": [-26.0, -0.5], "p_t_holm": 0.085}
+        d = [-80.0] * 4 + [0.2] * 20
+        words = round4.user_words(
+            "inconclusive", {"vr-base": s}, "Momentum", {"base": 0, "vr": 4}, d
+        )
+        self.assertIn("median +0.20 pp, 20 of 24 seeds favour VR; collapsed: VR on 4 of 24", words)
+        self.assertIn("the mean comes from the collapsed seeds)", words)
+
+    def test_headline_and_lead_of_an_inconclusive_pair_with_base_collapses(self):
+        """The README's round-4 line and lead, whole, from a complete made-up final phase:
+        VR − base inconclusive, carried by 2 collapsed base seeds (validation 10 %); the
+        speed-up's Holm p; "no speed-up" with a detected side (VR 1.1x sooner where both
+        reach the target); VR − scalar-VR's CI."""
+        final = final_state()
+        for s in (0, 1):  # the base collapses on seeds 0 and 1: test 10 %, never the target
+            run = final["runs"][p4.run_key("momentum", "base", 6.4, s)]
+            run["final"].update(val_acc=10.0, test_acc=10.0)
+            run["curve"] = [dict(c, val_acc=10.0) for c in run["curve"]]
+            vr = final["runs"][p4.run_key("momentum", "vr", 6.4, s)]  # VR too late there
+            vr["curve"] = [dict(c, val_acc=80.0) for c in vr["curve"]]
+        for s in range(2, 24):  # the rest reach the target at epoch 11 (VR at 10: 1.1x)
+            run = final["runs"][p4.run_key("momentum", "base", 6.4, s)]
+            run["final"]["test_acc"] += 0.5  # VR − base -0.3 or -0.1 pp there: median -0.1
+            run["curve"] = [
+                dict(c, val_acc=80.0 if c["epoch"] < 11 else 90.0) for c in run["curve"]
+            ]
+        d = self.write(tune=tune_state(), final=final)
+        line = round4.headline(d)
+        st = round4.status(
+            round4.round3.load(d, "tune"), round4.round3.load(d, "final"), "momentum"
+        )
+        ends = round4.endpoints(st["by_arm"], st["choice"]["target_val_acc"])
+        vb, e2 = ends["e1"]["vr-base"], ends["e2"]["vr-base"]
+        self.assertEqual(vb["words"], "inconclusive")
+        self.assertEqual(e2["words"], "no speed-up")
+        lo, hi = vb["t_ci"]
+        self.assertStartsWith(
+            line,
+            "Round 4 (Momentum, batch 8192 where large batch costs the base accuracy, 24 pairs): "
+            f"**inconclusive**: not shown with Momentum (VR − base {vb['mean']:+.2f} pp, 95 % CI "
+            f"[{lo:+.2f}, {hi:+.2f}], Holm p {round4.p_text(vb['p_t_holm'])}; median -0.10 pp, "
+            "2 of 24 seeds favour VR; collapsed: base on 2 of 24 seeds; the median has the other "
+            "sign: the mean comes from the collapsed seeds); VR − scalar-VR +0.30 pp",
+        )
+        self.assertIn(
+            f"speed-up (base / VR epochs to the target) {e2['ratio']:.3f}x, 95 % CI", line
+        )
+        self.assertIn(
+            f"Holm p {round4.p_text(e2['p_t_holm'])} (no speed-up, but VR detectably sooner, by less than 1.25x);",
+            line,
+        )
+        self.assertIn("collapses base 2, VR 0, scalar-VR 0.", line)
+        lead = verdict.lead(round3.RESULTS, ["momentum", "lamb"], d)
+        self.assertIn("accuracy): not shown with Momentum (inconclusive: VR − base", lead)
+        text, _ = self.section(d)
+        self.assertIn(
+            f"(Holm {round4.p_text(e2['p_t_holm'])}): **no speed-up**, but VR detectably sooner, by less than 1.25x\n",
+            text,
+        )
+
+    def test_p_text_never_rounds_across_the_threshold(self):
+        self.assertEqual(round4.p_text(0.04996), "0.04996")
+        self.assertEqual(round4.p_text(0.0953), "0.0953")
+        self.assertEqual(round4.p_text(0.05004), "0.05")  # above it, "0.05" is honest
+        self.assertEqual(round4.p_text(float("nan")), "nan")
+
+    def test_e2_median_is_not_reached_when_half_never_reach_the_target(self):
+        self.assertEqual(round4.median_epochs([10] * 13 + [41] * 11), 10.0)
+        self.assertIsNone(round4.median_epochs([30] * 12 + [41] * 12))  # (30 + 41) / 2: not one
+        final = final_state()
+        for s in range(12):
+            run = final["runs"][p4.run_key("momentum", "vr", 6.4, s)]
+            run["curve"] = [dict(c, val_acc=80.0) for c in run["curve"]]
+        text, _ = self.section(self.write(tune=tune_state(), final=final))
+        self.assertIn("- VR: median not reached (half or more never) (range 10-41), 12 of 24", text)
+
+    def test_e3_words_and_their_reading_with_e1(self):
+        text, _ = self.section(self.write(tune=tune_state(), final=final_state()))
+        self.assertIn(
+            "VR − base -0.50 pp, 95 % CI [-0.50, -0.50]: VR's gap narrower; read with E1 (VR − base +0.30 pp, 95 % CI [+0.26, +0.34], Holm p 5.46e-13, better).",
+            text,
+        )
 
 
 class Round4VerdictTest(tf.test.TestCase):
