@@ -301,6 +301,12 @@ class Round4ReportTest(tf.test.TestCase):
             text,
         )
 
+    def test_an_equivalent_contrast_off_zero_says_its_side(self):
+        s = {"words": "equivalent", "t_ci": [-0.4, -0.1]}
+        self.assertEqual(round4.bold_word(s), "**equivalent**, but slightly lower: CI below 0")
+        self.assertEqual(round4.bold_word(dict(s, t_ci=[-0.1, 0.2])), "**equivalent**")
+        self.assertEqual(round4.bold_word(dict(s, words="worse")), "**worse**")
+
     def test_p_text_never_rounds_across_the_threshold(self):
         self.assertEqual(round4.p_text(0.04996), "0.04996")
         self.assertEqual(round4.p_text(0.0953), "0.0953")
