@@ -130,10 +130,15 @@ def e2_words_text(s):
     return s["words"]
 
 
+def e2_ratio(s):
+    """An E2 contrast's geometric mean ratio with its 95 % CI (the log2 CI as ratios)."""
+    lo, hi = (2.0**v for v in s["t_ci"])
+    return f"{s['ratio']:.3f}x, {_ci(lo, hi, '.3f')}"
+
+
 def e2_summary(s):
     """An E2 contrast's ratio with its 95 % CI and Holm p."""
-    lo, hi = (2.0**v for v in s["t_ci"])
-    return f"{s['ratio']:.3f}x, {_ci(lo, hi, '.3f')}, Holm p {p_text(s['p_t_holm'])}"
+    return f"{e2_ratio(s)}, Holm p {p_text(s['p_t_holm'])}"
 
 
 def bold_word(s):
@@ -185,11 +190,9 @@ def e2_lines(ends, target):
     lines += ["", "Ratios of epochs to the target (> 1: VR sooner; Holm over the two):", ""]
     for a, b in CONTRASTS:
         s = ends["e2"][f"{a}-{b}"]
-        lo, hi = (2.0**v for v in s["t_ci"])
         words = e2_words_text(s).replace(s["words"], f"**{s['words']}**", 1)
         lines.append(
-            f"- {ARM_LABEL[b]} / {ARM_LABEL[a]}: geometric mean {s['ratio']:.3f}x, "
-            f"{_ci(lo, hi, '.3f')}; t-test p {p_text(s['p_t'])} (Holm {p_text(s['p_t_holm'])}): "
+            f"- {ARM_LABEL[b]} / {ARM_LABEL[a]}: geometric mean {e2_ratio(s)}; t-test p {p_text(s['p_t'])} (Holm {p_text(s['p_t_holm'])}): "
             f"{words}"
         )
     if ends["e2"]["vr-base"]["words"] == "faster":
