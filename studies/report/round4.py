@@ -26,6 +26,8 @@ from report import round3
 RESULTS = os.path.join(os.path.dirname(round3.RESULTS), "round4")
 PAIR_LABEL = {"momentum": "Momentum", "lars": "LARS"}
 CONTRASTS = (("vr", "base"), ("vr", "scalar_vr"))
+#: The paired SD (pp) n was planned on and E1's margin (PROTOCOL4.md sections 4 and 5).
+PLANNING_SD, MARGIN = 0.6, 0.5
 HEADING = (
     "### Round 4: does VRGD help where large batch starts to cost accuracy? "
     f"(batch {p4.BATCH}, pre-registered)"
@@ -96,6 +98,7 @@ def endpoints(by_arm, target):
         "e3": es.paired_summary(deltas("vr", "base", "gap")),
         "e4": es.collapse_test(val["base"], val["vr"], p4.COLLAPSE_BELOW),
         "collapses": {a: sum(not (v >= p4.COLLAPSE_BELOW) for v in val[a]) for a in ARMS},
+        "final_val": {a: float(np.mean(val[a])) for a in ARMS},
     }
 
 
@@ -167,7 +170,34 @@ def e1_lines(by_arm, ends):
             f"Sensitivity: Wilcoxon p {p_text(s['p_wilcoxon'])}, Hodges-Lehmann {s['hl']:+.2f} pp, "
             f"{_ci(*s['hl_ci'])}."
         )
-    return lines + ["", f"**Registered readout: {ends['readout']}.**", ""]
+    lines += ["", f"**Registered readout: {ends['readout']}.**", ""]
+    return lines + (power_lines(by_arm) if ends["readout"] == "inconclusive" else [])
+
+
+def power_lines(by_arm):
+    """What an inconclusive E1 says of n (descriptive, not registered): the observed paired
+    SD of each contrast beside the planning SD n was fixed on, and the pairs that a ±0.5 pp
+    half width would need at the larger (``evidence_stats.pairs_for_half_width``)."""
+    sd = {
+        f"{a}-{b}": float(
+            np.std(
+                np.subtract(column(by_arm, a, "test_acc"), column(by_arm, b, "test_acc")), ddof=1
+            )
+        )
+        for a, b in CONTRASTS
+    }
+    big = max(sd.values())
+    sds = " and ".join(
+        f"{s:.2f} pp for {ARM_LABEL[a]} − {ARM_LABEL[b]}"
+        for (a, b), s in zip(CONTRASTS, sd.values())
+    )
+    return [
+        f"Descriptive, not registered: the paired SD was {sds}, {big / PLANNING_SD:.1f} times "
+        f"the {PLANNING_SD:g} pp that n = {len(p4.FINAL_SEEDS)} was planned on (PROTOCOL4.md "
+        f"section 4); at the larger, about {es.pairs_for_half_width(big, MARGIN)} pairs would "
+        f"give a ±{MARGIN:g} pp half width.",
+        "",
+    ]
 
 
 def e2_lines(ends, target):
@@ -195,9 +225,30 @@ def e2_lines(ends, target):
             f"- {ARM_LABEL[b]} / {ARM_LABEL[a]}: geometric mean {e2_ratio(s)}; t-test p {p_text(s['p_t'])} (Holm {p_text(s['p_t_holm'])}): "
             f"{words}"
         )
+    lines += censoring_lines(ends, target)
     if ends["e2"]["vr-base"]["words"] == "faster":
         lines += ["", "VR − base is faster: the registered follow-up at 20 epochs is due."]
     return lines + [""]
+
+
+def censoring_lines(ends, target):
+    """How much of E2's VR − base rests on censoring (descriptive, not registered): the
+    pairs in which neither arm reached the target count a ratio of exactly 1 (41 / 41)."""
+    both = sum(
+        b > p4.EPOCHS and v > p4.EPOCHS
+        for b, v in zip(ends["epochs"]["base"], ends["epochs"]["vr"])
+    )
+    if not both:
+        return []
+    return [
+        "",
+        f"Descriptive, not registered: in {both} of {len(ends['epochs']['base'])} pairs neither "
+        "base nor VR reached the target; each such pair counts a ratio of exactly 1 (41 / 41), "
+        "as registered, which draws the mean and its CI toward 1. The target "
+        f"({target:.2f} %) is the base's mean over its {len(p4.TUNE_SEEDS)} tuning seeds at "
+        f"its chosen rate ({target + p4.TARGET_BELOW_PP:.2f} %) minus {p4.TARGET_BELOW_PP:g} pp; its {len(p4.FINAL_SEEDS)} final "
+        f"runs averaged {ends['final_val']['base']:.2f} % validation accuracy.",
+    ]
 
 
 def e3_e4_lines(by_arm, ends):

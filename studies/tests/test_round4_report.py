@@ -323,6 +323,46 @@ class Round4ReportTest(tf.test.TestCase):
         text, _ = self.section(self.write(tune=tune_state(), final=final))
         self.assertIn("- VR: median not reached (half or more never) (range 10-41), 12 of 24", text)
 
+    def test_inconclusive_e1_gives_its_power_and_e2_its_censored_pairs(self):
+        """Descriptive lines of a complete pair, by hand: VR − base ±2 pp alternating (SD
+        2·sqrt(24/23) = 2.043 pp, 3.4 times the planning 0.6 pp; a ±0.5 pp half width needs
+        the smallest n with t_{0.975,n-1}·2.043/sqrt(n) <= 0.5: 67); VR − scalar-VR 0.3 pp
+        constant (SD 0). Base and VR never reach the target on seeds 0-3: 4 of 24 pairs
+        count a ratio of exactly 1."""
+        final = final_state()
+        for s in range(24):
+            base = final["runs"][p4.run_key("momentum", "base", 6.4, s)]["final"]["test_acc"]
+            vr = base + (2.0 if s % 2 else -2.0)
+            final["runs"][p4.run_key("momentum", "vr", 6.4, s)]["final"]["test_acc"] = vr
+            final["runs"][p4.run_key("momentum", "scalar_vr", 6.4, s)]["final"]["test_acc"] = (
+                vr - 0.3
+            )
+            if s < 4:
+                for a in ("base", "vr"):
+                    run = final["runs"][p4.run_key("momentum", a, 6.4, s)]
+                    run["curve"] = [dict(c, val_acc=80.0) for c in run["curve"]]
+        self.assertEqual(round4.es.pairs_for_half_width(2.0 * np.sqrt(24 / 23), 0.5), 67)
+        text, _ = self.section(self.write(tune=tune_state(), final=final))
+        self.assertIn("**Registered readout: inconclusive.**", text)
+        self.assertIn(
+            "Descriptive, not registered: the paired SD was 2.04 pp for VR − base and 0.00 pp for "
+            "VR − scalar-VR, 3.4 times the 0.6 pp that n = 24 was planned on (PROTOCOL4.md "
+            "section 4); at the larger, about 67 pairs would give a ±0.5 pp half width.",
+            text,
+        )
+        self.assertIn(
+            "Descriptive, not registered: in 4 of 24 pairs neither base nor VR reached the "
+            "target; each such pair counts a ratio of exactly 1 (41 / 41), as registered, which "
+            "draws the mean and its CI toward 1. The target (89.50 %) is the base's mean over "
+            "its 3 tuning seeds at its chosen rate (90.00 %) minus 0.5 pp; its 24 final runs "
+            "averaged 90.00 % validation accuracy.",
+            text,
+        )
+        # A conclusive E1 and no pair censored on both sides: neither line.
+        text, _ = self.section(self.write(tune=tune_state(), final=final_state()))
+        self.assertNotIn("Descriptive, not registered: the paired SD", text)
+        self.assertNotIn("neither base nor VR reached", text)
+
     def test_e3_words_and_their_reading_with_e1(self):
         text, _ = self.section(self.write(tune=tune_state(), final=final_state()))
         self.assertIn(
