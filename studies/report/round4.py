@@ -251,12 +251,27 @@ def censoring_lines(ends, target):
     ]
 
 
+def gap_side(s):
+    """E3's VR − base summary ``s`` in words: which gap its 95 % CI puts narrower, if any."""
+    lo, hi = s["t_ci"]
+    return "VR's gap narrower" if hi < 0 else "VR's gap wider" if lo > 0 else "no clear difference"
+
+
+def gap_text(s, e1_words):
+    """E3 for the README line: VR − base with its CI and side; a narrower gap beside an E1
+    that is not "better" says it is not a benefit (PROTOCOL4.md section 5: read with E1)."""
+    side = gap_side(s)
+    if s["t_ci"][1] < 0 and e1_words != "better":
+        side += ", without a test-accuracy gain (E1): not a benefit"
+    return f"gap VR − base {s['mean']:+.2f} pp, {_ci(*s['t_ci'])} ({side})"
+
+
 def e3_e4_lines(by_arm, ends):
     """Markdown lines of E3 (the gap, read with E1) and E4 (collapses)."""
     s, c = ends["e3"], ends["e4"]
     gaps = ", ".join(f"{ARM_LABEL[a]} {np.mean(column(by_arm, a, 'gap')):.2f} pp" for a in ARMS)
     lo, hi = s["t_ci"]
-    side = "VR's gap narrower" if hi < 0 else "VR's gap wider" if lo > 0 else "no clear difference"
+    side = gap_side(s)
     e1 = ends["e1"]["vr-base"]
     read = (
         f"; read with E1 (VR − base {e1['mean']:+.2f} pp, {_ci(*e1['t_ci'])}, Holm p "
@@ -533,7 +548,7 @@ def headline(results_dir, pair="momentum"):
         f"{setting}, 24 pairs): **{ends['readout']}**: {in_words(results_dir, pair, False)}; "
         f"{_contrast('VR − scalar-VR', vs)} ({round3._word(vs)}); speed-up (base / VR epochs to "
         f"the target) {e2_summary(e2)} ({e2_words_text(e2)}); "
-        f"gap VR − base {e3['mean']:+.2f} pp, {_ci(*e3['t_ci'])}; collapses "
+        f"{gap_text(e3, ends['e1']['vr-base']['words'])}; collapses "
         + ", ".join(f"{ARM_LABEL[a]} {ends['collapses'][a]}" for a in ARMS)
         + "."
     )

@@ -146,6 +146,7 @@ class Round4ReportTest(tf.test.TestCase):
         self.assertIn(f"- base: {base:.2f} ±", text)
         line = round4.headline(d)
         self.assertIn("**helps**", line)
+        self.assertIn("[-0.50, -0.50] (VR's gap narrower); collapses", line)
         self.assertIn("yes with Momentum, beyond its step size (VR − base +0.30 pp", line)
         self.assertIn(
             "speed-up (base / VR epochs to the target) 2.000x, 95 % CI [2.000, 2.000], Holm p 0 "
@@ -293,6 +294,12 @@ class Round4ReportTest(tf.test.TestCase):
             line,
         )
         self.assertIn("collapses base 2, VR 0, scalar-VR 0.", line)
+        # Gap -0.5 pp on every seed, with E1 inconclusive: narrower is not a benefit.
+        self.assertIn(
+            "gap VR − base -0.50 pp, 95 % CI [-0.50, -0.50] (VR's gap narrower, without a "
+            "test-accuracy gain (E1): not a benefit); collapses",
+            line,
+        )
         lead = verdict.lead(round3.RESULTS, ["momentum", "lamb"], d)
         self.assertIn("accuracy): not shown with Momentum (inconclusive: VR − base", lead)
         text, _ = self.section(d)
