@@ -26,8 +26,8 @@ from report import round3
 RESULTS = os.path.join(os.path.dirname(round3.RESULTS), "round4")
 PAIR_LABEL = {"momentum": "Momentum", "lars": "LARS"}
 CONTRASTS = (("vr", "base"), ("vr", "scalar_vr"))
-#: The paired SD (pp) n was planned on and E1's margin (PROTOCOL4.md sections 4 and 5).
-PLANNING_SD, MARGIN = 0.6, 0.5
+#: The paired SD (pp) n was planned on (PROTOCOL4.md section 4).
+PLANNING_SD = 0.6
 HEADING = (
     "### Round 4: does VRGD help where large batch starts to cost accuracy? "
     f"(batch {p4.BATCH}, pre-registered)"
@@ -171,31 +171,24 @@ def e1_lines(by_arm, ends):
             f"{_ci(*s['hl_ci'])}."
         )
     lines += ["", f"**Registered readout: {ends['readout']}.**", ""]
-    return lines + (power_lines(by_arm) if ends["readout"] == "inconclusive" else [])
+    return lines + (power_lines(ends["e1"]) if ends["readout"] == "inconclusive" else [])
 
 
-def power_lines(by_arm):
-    """What an inconclusive E1 says of n (descriptive, not registered): the observed paired
-    SD of each contrast beside the planning SD n was fixed on, and the pairs that a ±0.5 pp
-    half width would need at the larger (``evidence_stats.pairs_for_half_width``)."""
-    sd = {
-        f"{a}-{b}": float(
-            np.std(
-                np.subtract(column(by_arm, a, "test_acc"), column(by_arm, b, "test_acc")), ddof=1
-            )
-        )
-        for a, b in CONTRASTS
-    }
-    big = max(sd.values())
+def power_lines(e1):
+    """What an inconclusive E1 (``e1``: ``stats4.e1_family``'s summaries) says of n
+    (descriptive, not registered): each contrast's observed paired SD beside the planning
+    SD n was fixed on, and the pairs a ±0.5 pp half width would need at the larger
+    (``evidence_stats.pairs_for_half_width``)."""
+    sd = [e1[f"{a}-{b}"]["sd"] for a, b in CONTRASTS]
     sds = " and ".join(
-        f"{s:.2f} pp for {ARM_LABEL[a]} − {ARM_LABEL[b]}"
-        for (a, b), s in zip(CONTRASTS, sd.values())
+        f"{s:.2f} pp for {ARM_LABEL[a]} − {ARM_LABEL[b]}" for (a, b), s in zip(CONTRASTS, sd)
     )
+    big, margin = max(sd), stats4.MARGIN_PP
     return [
         f"Descriptive, not registered: the paired SD was {sds}, {big / PLANNING_SD:.1f} times "
         f"the {PLANNING_SD:g} pp that n = {len(p4.FINAL_SEEDS)} was planned on (PROTOCOL4.md "
-        f"section 4); at the larger, about {es.pairs_for_half_width(big, MARGIN)} pairs would "
-        f"give a ±{MARGIN:g} pp half width.",
+        f"section 4); at the larger, about {es.pairs_for_half_width(big, margin)} pairs would "
+        f"give a ±{margin:g} pp half width.",
         "",
     ]
 
